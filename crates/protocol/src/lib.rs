@@ -1,0 +1,17 @@
+//! The rules of the IndexNow protocol, as plain Rust with no Postgres in sight.
+//!
+//! Both the extension (which must refuse what the real API would refuse, before it is queued) and
+//! the local test receiver (which must refuse what the real API refuses) use these, so a rule of
+//! the protocol is written once.
+//!
+//! - [`submittable`]: which URLs may be submitted at all, and their normal form.
+//! - [`key`]: the key format and where a key file may live.
+
+pub mod key;
+pub mod submittable;
+
+pub use key::{check_key, check_key_location, KeyProblem};
+pub use submittable::{normalise_host, submittable_url, SubmittableUrl, UrlProblem};
+
+/// The protocol's limit on URLs in one request.
+pub const MAX_URLS_PER_REQUEST: usize = 10_000;

@@ -1,0 +1,70 @@
+-- indexnow: the tables. Functions come from Rust; grants and search_path pins are in security.sql.
+
+-- The sites we may speak for: one key per host (the `host` of the IndexNow request, in the normal
+-- form of indexnow-protocol: lower case, punycode, `:port` only when not the default).
+CREATE TABLE indexnow_hosts (
+    host         text PRIMARY KEY,
+    key          text NOT NULL CHECK (key ~ '^[A-Za-z0-9-]{8,128}$'),
+    key_location text,
+    enabled      boolean NOT NULL DEFAULT true,
+    added_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- The queue: one row per URL, ever. A row is never deleted by sending; it keeps the URL's history
+-- (when it was last pushed, what content was pushed) so that the due rule can tell a change from a
+-- re-announcement and a pushed URL with no new request is never sent again.
+--
+-- "Pending" is a count, not a timestamp comparison: every request adds one to request_seq, and a
+-- push (or a permanent failure) settles the requests it saw, settled_seq = the request_seq it
+-- claimed. A request that arrives while a push is in flight leaves request_seq > settled_seq, so the
+-- URL stays pending however the two transactions' clocks interleave (spec behaviour 14).
+CREATE TABLE indexnow_urls (
+    url_hash          bytea PRIMARY KEY CHECK (octet_length(url_hash) = 20),  -- sha1(url)
+    url               text NOT NULL,
+    host              text NOT NULL,
+    reason            text NOT NULL CHECK (reason IN ('created', 'changed', 'refresh',
+                          'moved', 'unpublished', 'deleted', 'gone', 'untranslated')),
+    changed_at        timestamptz NOT NULL,         -- last content change: drives the debounce
+    queued_at         timestamptz NOT NULL,         -- last request of any kind
+    available_at      timestamptz NOT NULL,         -- not sent before (scheduled publication)
+    last_pushed_at    timestamptz,                  -- last accepted push
+    pushed_changed_at timestamptz,                  -- the changed_at that push carried
+    request_seq       bigint NOT NULL DEFAULT 1,
+    settled_seq       bigint NOT NULL DEFAULT 0,
+    failed_at         timestamptz,                  -- last refused push (4xx): not retried
+    failed_status     integer,                      --   until a new request comes
+    failed_note       text
+);
+
+-- The due query's index: only pending rows are in it, ordered by what the debounce compares, so
+-- an idle pass reads nothing when nothing is pending and only the quiet rows otherwise.
+CREATE INDEX indexnow_urls_pending ON indexnow_urls (changed_at) WHERE request_seq > settled_seq;
+
+-- One row per request made (or per dry-run decision).
+CREATE TABLE indexnow_pushes (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pushed_at timestamptz NOT NULL DEFAULT now(),
+    host      text NOT NULL,
+    url_count integer NOT NULL,
+    status    integer NOT NULL,                     -- HTTP status; 0 = no response
+    duration  interval,
+    note      text
+);
+CREATE INDEX indexnow_pushes_host_time ON indexnow_pushes (host, pushed_at DESC);
+CREATE INDEX indexnow_pushes_time ON indexnow_pushes (pushed_at);
+
+-- Pauses ordered by the endpoint, kept in the database so a restart keeps them.
+-- scope '*' pauses all sending (429, 5xx, no connection); a host name pauses that host only
+-- (403 SiteVerificationNotCompleted).
+CREATE TABLE indexnow_backoff (
+    scope  text PRIMARY KEY,
+    until  timestamptz NOT NULL,
+    status integer NOT NULL,
+    note   text
+);
+
+-- pg_dump keeps the keys and the queue (extension tables are otherwise left out of a dump).
+SELECT pg_catalog.pg_extension_config_dump('indexnow_hosts', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_urls', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_pushes', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_backoff', '');

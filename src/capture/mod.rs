@@ -1,0 +1,3 @@
+//! Capture: turning writes to content tables into queue requests.
+
+pub mod fingerprint;

@@ -1,0 +1,167 @@
+//! Every setting of the extension: name, default, unit, range and who may change it.
+//!
+//! All settings are `SUSET`: a superuser sets them in `postgresql.conf`, `ALTER SYSTEM`,
+//! `ALTER DATABASE ... SET` or a session, and `pg_reload_conf()` makes the worker take them up. A
+//! role that may only write content tables cannot change how (or whether) URLs are sent; on
+//! PostgreSQL 15 a superuser can hand one setting to a role with `GRANT SET ON PARAMETER`.
+//! `indexnow.endpoint` decides where keys are sent, so it is also hidden from non-superusers.
+
+use crate::queue::due::DueRule;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+use std::time::Duration;
+
+pub const DEFAULT_ENDPOINT: &std::ffi::CStr = c"https://api.indexnow.org/indexnow";
+
+pub static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static DRY_RUN: GucSetting<bool> = GucSetting::<bool>::new(false);
+pub static ENDPOINT: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(DEFAULT_ENDPOINT));
+pub static DEBOUNCE_S: GucSetting<i32> = GucSetting::<i32>::new(120);
+pub static MIN_GAP_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
+pub static REPEAT_AFTER_S: GucSetting<i32> = GucSetting::<i32>::new(86400);
+pub static BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static NAPTIME_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+pub static HTTP_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
+pub static BACKOFF_THROTTLED_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
+pub static BACKOFF_UNAVAILABLE_S: GucSetting<i32> = GucSetting::<i32>::new(900);
+pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
+
+const DAY_S: i32 = 86_400;
+const YEAR_S: i32 = 366 * DAY_S;
+
+/// Registers every setting. Called once per process from `_PG_init`.
+pub fn register() {
+    use GucContext::Suset;
+    let none = GucFlags::default();
+    let seconds = GucFlags::UNIT_S;
+    let millis = GucFlags::UNIT_MS;
+
+    GucRegistry::define_bool_guc(
+        c"indexnow.enabled",
+        c"Send due URLs. Off pauses sending; queueing goes on.",
+        c"",
+        &ENABLED,
+        Suset,
+        none,
+    );
+    GucRegistry::define_bool_guc(
+        c"indexnow.dry_run",
+        c"Decide and record every push in indexnow_pushes (note dry_run), but make no HTTP request.",
+        c"",
+        &DRY_RUN,
+        Suset,
+        none,
+    );
+    GucRegistry::define_string_guc(
+        c"indexnow.endpoint",
+        c"The IndexNow endpoint URL that requests are POSTed to.",
+        c"Keys are sent there, so only superusers may set or see it.",
+        &ENDPOINT,
+        Suset,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.debounce",
+        c"A URL must be quiet (no content change) this long before it is sent.",
+        c"",
+        &DEBOUNCE_S,
+        0,
+        DAY_S,
+        Suset,
+        seconds,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.min_gap",
+        c"A URL whose content changed again is sent at most once in this interval.",
+        c"",
+        &MIN_GAP_S,
+        0,
+        YEAR_S,
+        Suset,
+        seconds,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.repeat_after",
+        c"Unchanged content queued again (reason refresh) is not re-sent within this interval.",
+        c"",
+        &REPEAT_AFTER_S,
+        0,
+        YEAR_S,
+        Suset,
+        seconds,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.batch_size",
+        c"URLs per POST (the protocol allows at most 10000).",
+        c"",
+        &BATCH_SIZE,
+        1,
+        indexnow_protocol::MAX_URLS_PER_REQUEST as i32,
+        Suset,
+        none,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.naptime",
+        c"Longest time the worker sleeps between passes.",
+        c"",
+        &NAPTIME_MS,
+        10,
+        3_600_000,
+        Suset,
+        millis,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.http_timeout",
+        c"Time limit of one request to the endpoint.",
+        c"",
+        &HTTP_TIMEOUT_MS,
+        100,
+        600_000,
+        Suset,
+        millis,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.backoff_throttled",
+        c"Pause of all sending after a 429 answer, unless it carries Retry-After.",
+        c"",
+        &BACKOFF_THROTTLED_S,
+        0,
+        7 * DAY_S,
+        Suset,
+        seconds,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.backoff_unavailable",
+        c"Pause after a 5xx answer, a timeout, no connection, or 403 SiteVerificationNotCompleted.",
+        c"",
+        &BACKOFF_UNAVAILABLE_S,
+        0,
+        7 * DAY_S,
+        Suset,
+        seconds,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.history_days",
+        c"indexnow_pushes rows older than this many days are pruned.",
+        c"",
+        &HISTORY_DAYS,
+        1,
+        36_500,
+        Suset,
+        none,
+    );
+}
+
+/// The due rule with the settings now in force.
+pub fn due_rule() -> DueRule {
+    DueRule {
+        debounce: seconds(DEBOUNCE_S.get()),
+        min_gap: seconds(MIN_GAP_S.get()),
+        repeat_after: seconds(REPEAT_AFTER_S.get()),
+    }
+}
+
+fn seconds(s: i32) -> Duration {
+    Duration::from_secs(s.max(0) as u64)
+}

@@ -1,0 +1,52 @@
+//! indexnow: keeps search engines told, through the IndexNow protocol, about every page a
+//! Postgres-backed site adds, changes or removes, with the whole queue inside the database.
+//!
+//! Where things are:
+//! - `guc`          every setting
+//! - `queue`        `indexnow_queue()`, the reasons, and the due rule (`queue/due.rs`)
+//! - `hosts`        `indexnow_add_host()` and key rules
+//! - `capture`      from writes to queue requests (fingerprints)
+//! - `status`       `indexnow_status()`
+//! - `worker`       the background worker
+//! - `sql/`         tables and indexes (`schema.sql`), grants and search_path pins (`security.sql`)
+//! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URL and key validation)
+
+use pgrx::prelude::*;
+
+mod capture;
+mod error;
+mod guc;
+mod hosts;
+mod queue;
+mod status;
+mod worker;
+
+::pgrx::pg_module_magic!(name, version);
+
+extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/security.sql", name = "security", finalize);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        worker::note_preloaded();
+    }
+}
+
+// #[pg_schema] takes only an inline module, so the tests' file is included into one.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    include!("tests.rs");
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

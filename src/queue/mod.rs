@@ -1,0 +1,65 @@
+//! The queue: `indexnow_urls`, one row per URL, and the rules for putting a request into it.
+//!
+//! - One row per URL: the primary key is `sha1(url)` of the URL in normal form; a request is one
+//!   `INSERT ... ON CONFLICT` (no "is it queued?" read first), so ten saves make one row.
+//! - Every content change moves `changed_at`, restarting the debounce. A `refresh` (re-announce
+//!   unchanged content) is not a content change: it leaves `changed_at` alone, so the due rule
+//!   applies `repeat_after` to it, and it never overrides a reason still pending.
+//! - The last event wins: the reason is the latest request's, so an `unpublished` followed by a
+//!   `changed` before the send leaves one live page, and the reverse one removal.
+//! - `request_seq` counts requests; see `due.rs` for what makes a row due and `sql/schema.sql` for
+//!   why pending is a count.
+//!
+//! `now()` is the writing transaction's start: every row one statement queues carries the same time.
+
+pub mod due;
+mod reason;
+
+pub use reason::Reason;
+
+use crate::error::invalid_parameter;
+use pgrx::prelude::*;
+use sha1::{Digest, Sha1};
+
+/// The conflict rule every writer of `indexnow_urls` shares (this function and the capture
+/// triggers), appended to an `INSERT INTO indexnow_urls AS u (...) ... ` that supplies `url`,
+/// `url_hash`, `host`, `reason`, `changed_at`, `queued_at` and `available_at`.
+pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
+       reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
+                     THEN u.reason ELSE excluded.reason END, \
+       changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at \
+                         ELSE excluded.changed_at END, \
+       queued_at = excluded.queued_at, \
+       available_at = excluded.available_at, \
+       request_seq = u.request_seq + 1";
+
+/// The 20-byte key of a URL (already in normal form).
+pub fn url_hash(url: &str) -> Vec<u8> {
+    Sha1::digest(url.as_bytes()).to_vec()
+}
+
+/// Queue one URL for sending. Raises an ERROR naming the problem when the URL cannot be submitted
+/// or the reason is unknown; nothing is queued then.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
+    let reason: Reason = reason
+        .parse()
+        .unwrap_or_else(|e: reason::UnknownReason| invalid_parameter(e.to_string()));
+    let target = indexnow_protocol::submittable_url(url)
+        .unwrap_or_else(|e| invalid_parameter(format!("indexnow: cannot queue {url:?}: {e}")));
+    let sql = format!(
+        "INSERT INTO indexnow_urls AS u \
+           (url, url_hash, host, reason, changed_at, queued_at, available_at) \
+         VALUES ($1, $2, $3, $4, now(), now(), now()) {ON_CONFLICT_SQL}"
+    );
+    Spi::run_with_args(
+        &sql,
+        &[
+            target.url.as_str().into(),
+            url_hash(&target.url).into(),
+            target.host.as_str().into(),
+            reason.as_str().into(),
+        ],
+    )
+    .unwrap_or_else(|e| error!("indexnow: could not queue {}: {e}", target.url));
+}

@@ -1,0 +1,415 @@
+// SQL-level tests: each runs inside a transaction that is rolled back at its end.
+// End-to-end tests on a real cluster (separate transactions, roles, the worker) live in `tests/`.
+
+use crate::queue::due::{self, cases, DUE_AT_SQL, DUE_SQL};
+use crate::queue::Reason;
+use pgrx::prelude::*;
+
+fn count(sql: &str) -> i64 {
+    Spi::get_one::<i64>(sql).unwrap().unwrap()
+}
+
+fn text(sql: &str) -> Option<String> {
+    Spi::get_one::<String>(sql).unwrap()
+}
+
+/// Runs `sql` in a subtransaction and returns the error message it raised, if any.
+fn error_of(sql: &str) -> Option<String> {
+    let quoted = sql.replace('\'', "''");
+    text(&format!(
+        "SELECT indexnow_test_error_of('{quoted}')"
+    ))
+}
+
+fn install_error_catcher() {
+    Spi::run(
+        "CREATE OR REPLACE FUNCTION indexnow_test_error_of(q text) RETURNS text LANGUAGE plpgsql AS $$ \
+         BEGIN EXECUTE q; RETURN NULL; \
+         EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
+    )
+    .unwrap();
+}
+
+#[pg_test]
+fn ten_requests_make_one_row() {
+    for _ in 0..10 {
+        Spi::run("SELECT indexnow_queue('https://www.example.com/th/news')").unwrap();
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
+    assert_eq!(count("SELECT request_seq FROM indexnow_urls"), 10);
+    assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("changed"));
+}
+
+#[pg_test]
+fn every_request_moves_changed_at() {
+    Spi::run("SELECT indexnow_queue('https://www.example.com/a')").unwrap();
+    Spi::run("UPDATE indexnow_urls SET changed_at = now() - interval '1 hour'").unwrap();
+    Spi::run("SELECT indexnow_queue('https://www.example.com/a', 'changed')").unwrap();
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE changed_at = now() AND queued_at = now()"),
+        1
+    );
+}
+
+#[pg_test]
+fn spellings_of_one_url_share_a_row_in_normal_form() {
+    Spi::run("SELECT indexnow_queue('https://WWW.Example.com:443/a#top')").unwrap();
+    Spi::run("SELECT indexnow_queue('https://www.example.com/a')").unwrap();
+    Spi::run("SELECT indexnow_queue('https://bücher.de/x')").unwrap();
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 2);
+    assert_eq!(
+        text("SELECT string_agg(url || ' ' || host, ', ' ORDER BY url) FROM indexnow_urls").as_deref(),
+        Some("https://www.example.com/a www.example.com, https://xn--bcher-kva.de/x xn--bcher-kva.de")
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE octet_length(url_hash) <> 20"),
+        0
+    );
+}
+
+#[pg_test]
+fn the_last_event_wins() {
+    let u = "https://www.example.com/p";
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'unpublished')")).unwrap();
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'changed')")).unwrap();
+    assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("changed"));
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'deleted')")).unwrap();
+    assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("deleted"));
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
+}
+
+#[pg_test]
+fn refresh_is_not_a_content_change() {
+    let u = "https://www.example.com/r";
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'deleted')")).unwrap();
+    Spi::run("UPDATE indexnow_urls SET changed_at = now() - interval '1 day'").unwrap();
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'refresh')")).unwrap();
+    // A pending removal is not turned into a re-announcement, and the content did not change.
+    assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("deleted"));
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE changed_at < now()"), 1);
+    // Once settled (pushed), a refresh is a request of its own.
+    Spi::run("UPDATE indexnow_urls SET settled_seq = request_seq").unwrap();
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'refresh')")).unwrap();
+    assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("refresh"));
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"), 1);
+}
+
+#[pg_test]
+fn every_reason_is_accepted_and_the_table_agrees() {
+    for (i, r) in Reason::ALL.iter().enumerate() {
+        Spi::run(&format!(
+            "SELECT indexnow_queue('https://www.example.com/{i}', '{}')",
+            r.as_str()
+        ))
+        .unwrap();
+    }
+    assert_eq!(count("SELECT count(DISTINCT reason) FROM indexnow_urls"), 8);
+    install_error_catcher();
+    // The CHECK constraint refuses what the Rust list refuses.
+    let err = error_of(
+        "INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, available_at) \
+         VALUES ('https://x.com/', decode(repeat('00', 20), 'hex'), 'x.com', 'purged', now(), now(), now())",
+    )
+    .unwrap();
+    assert!(err.starts_with("23514"), "{err}");
+}
+
+#[pg_test]
+fn bad_requests_are_refused_with_the_problem_named() {
+    install_error_catcher();
+    let cases = [
+        ("SELECT indexnow_queue('https://www.example.com/', 'purged')", "unknown reason \"purged\"; the reasons are: created, changed, refresh, moved, unpublished, deleted, gone, untranslated"),
+        ("SELECT indexnow_queue('/relative')", "not an absolute http(s) URL"),
+        ("SELECT indexnow_queue('ftp://www.example.com/x')", "only http and https"),
+        ("SELECT indexnow_queue('https://u:p@www.example.com/')", "user info"),
+        ("SELECT indexnow_queue('http://localhost/x')", "is localhost"),
+        ("SELECT indexnow_queue('http://10.0.0.8/x')", "private IP address"),
+        ("SELECT indexnow_queue('http://127.0.0.1/x')", "loopback IP address"),
+        ("SELECT indexnow_queue('http://169.254.169.254/x')", "link-local IP address"),
+        ("SELECT indexnow_queue('http://240.0.0.1/x')", "reserved IP address"),
+        ("SELECT indexnow_queue('http://metadata.google.internal/x')", "cloud metadata"),
+        ("SELECT indexnow_queue('https://www.example.com/' || repeat('a', 2100))", "at most 2048 bytes"),
+    ];
+    for (sql, want) in cases {
+        let err = error_of(sql).unwrap_or_else(|| panic!("no error from {sql}"));
+        assert!(err.starts_with("22023: "), "{sql}: {err}");
+        assert!(err.contains(want), "{sql}: {err}");
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
+}
+
+#[pg_test]
+fn a_rolled_back_subtransaction_queues_nothing() {
+    Spi::run(
+        "DO $$ BEGIN \
+           PERFORM indexnow_queue('https://www.example.com/rolled-back'); \
+           RAISE EXCEPTION 'roll back'; \
+         EXCEPTION WHEN raise_exception THEN NULL; END $$",
+    )
+    .unwrap();
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
+}
+
+#[pg_test]
+fn add_host_checks_and_replaces_keys() {
+    Spi::run("SELECT indexnow_add_host('WWW.Example.com', '5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c')").unwrap();
+    Spi::run(
+        "SELECT indexnow_add_host('www.example.com', 'second-key-123', 'https://www.example.com/keys/second-key-123.txt')",
+    )
+    .unwrap();
+    assert_eq!(
+        text("SELECT host || ' ' || key || ' ' || key_location FROM indexnow_hosts").as_deref(),
+        Some("www.example.com second-key-123 https://www.example.com/keys/second-key-123.txt")
+    );
+    install_error_catcher();
+    let cases = [
+        ("SELECT indexnow_add_host('www.example.com', 'short')", "the key is 5 characters long: it must have 8 to 128"),
+        ("SELECT indexnow_add_host('www.example.com', 'has_underscore')", "only a-z, A-Z, 0-9 and '-'"),
+        ("SELECT indexnow_add_host('www.example.com', repeat('a', 129))", "129 characters long"),
+        ("SELECT indexnow_add_host('www.example.com', 'abcdefgh', 'https://cdn.example.com/k.txt')", "must be on the host it speaks for"),
+        ("SELECT indexnow_add_host('www.example.com', 'abcdefgh', 'ftp://www.example.com/k.txt')", "key_location is not usable"),
+        ("SELECT indexnow_add_host('https://www.example.com/', 'abcdefgh')", "not a bare host name"),
+        ("SELECT indexnow_add_host('localhost', 'abcdefgh')", "is localhost"),
+    ];
+    for (sql, want) in cases {
+        let err = error_of(sql).unwrap_or_else(|| panic!("no error from {sql}"));
+        assert!(err.contains(want), "{sql}: {err}");
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_hosts"), 1);
+}
+
+#[pg_test]
+fn fingerprint_from_sql() {
+    let same = |a: &str, b: &str| {
+        Spi::get_one::<bool>(&format!("SELECT indexnow_fingerprint({a}) = indexnow_fingerprint({b})"))
+            .unwrap()
+            .unwrap()
+    };
+    assert!(same(r#"'{"a":1,"b":2}'"#, r#"'{"b":2,"a":1}'"#));
+    assert!(same(r#"'{"a":1,"updated_at":"x"}'"#, r#"'{"a":1,"updated_at":"y"}'"#));
+    assert!(same(r#"'{"a":1,"k":5}', '{k}'"#, r#"'{"a":1}', '{k}'"#));
+    assert!(!same(r#"'{"a":1,"k":5}'"#, r#"'{"a":1}'"#));
+    assert!(!same(r#"'{"a":null}'"#, r#"'{}'"#));
+    assert!(!same(r#"'{"n":12345678901234567890.123}'"#, r#"'{"n":12345678901234567890.124}'"#));
+    assert_eq!(Spi::get_one::<String>("SELECT indexnow_fingerprint(NULL)").unwrap(), None);
+    assert_eq!(
+        Spi::get_one::<String>("SELECT indexnow_fingerprint(to_jsonb(t)) FROM (SELECT 1 AS id, 'x' AS slug) t")
+            .unwrap()
+            .map(|s| s.len()),
+        Some(32)
+    );
+}
+
+/// The due table of `queue/due.rs`, run through the SQL form of the rule: both forms must agree.
+#[pg_test]
+fn the_sql_due_rule_agrees_with_the_rust_one() {
+    let rule = cases::rule();
+    let [d, g, r] = rule.sql_args();
+    let at = |m: due::Micros| TimestampWithTimeZone::try_from(m).unwrap();
+    for (what, row, due_now, due_at) in cases::table() {
+        Spi::run("DELETE FROM indexnow_urls").unwrap();
+        Spi::run_with_args(
+            "INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, \
+               available_at, last_pushed_at, pushed_changed_at, request_seq, settled_seq) \
+             VALUES ('https://x.com/', decode(repeat('00', 20), 'hex'), 'x.com', 'changed', \
+               $1, $1, $2, $3, $4, $5, $6)",
+            &[
+                at(row.changed_at).into(),
+                at(row.available_at).into(),
+                row.last_pushed_at.map(at).into(),
+                row.pushed_changed_at.map(at).into(),
+                row.request_seq.into(),
+                row.settled_seq.into(),
+            ],
+        )
+        .unwrap();
+        let args = [at(cases::NOW).into(), d.into(), g.into(), r.into()];
+        let sql_due = Spi::get_one_with_args::<bool>(
+            &format!("SELECT {DUE_SQL} FROM indexnow_urls"),
+            &args,
+        )
+        .unwrap()
+        .unwrap();
+        let sql_due_at = Spi::get_one_with_args::<TimestampWithTimeZone>(
+            &format!("SELECT {DUE_AT_SQL} FROM indexnow_urls"),
+            &args,
+        )
+        .unwrap();
+        assert_eq!(sql_due, due_now, "{what}: due now");
+        assert_eq!(sql_due_at, due_at.map(at), "{what}: due at");
+    }
+}
+
+/// The idle pass must not scan the queue: with 100,000 rows none of which is due, the due query
+/// reads the partial index, whether the rows are all pushed or all still in their debounce.
+#[pg_test]
+fn the_due_query_uses_the_index_when_nothing_is_due() {
+    Spi::run(
+        "INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, \
+           available_at, last_pushed_at, pushed_changed_at, request_seq, settled_seq) \
+         SELECT u, substring(sha256(convert_to(u, 'UTF8')) FROM 1 FOR 20), 'www.example.com', \
+                'changed', now() - interval '2 days', now() - interval '2 days', \
+                now() - interval '2 days', now() - interval '1 day', now() - interval '2 days', 1, 1 \
+           FROM (SELECT 'https://www.example.com/p/' || g AS u FROM generate_series(1, 100000) g) s",
+    )
+    .unwrap();
+    Spi::run("ANALYZE indexnow_urls").unwrap();
+    let plan = || {
+        let [d, g, r] = crate::guc::due_rule().sql_args();
+        let explain = Spi::explain_with_args(
+            &crate::queue::due::select_due_sql(),
+            &[now().into(), d.into(), g.into(), r.into()],
+        )
+        .unwrap();
+        serde_json::to_string(&explain.0).unwrap()
+    };
+    let all_pushed = plan();
+    assert!(all_pushed.contains("indexnow_urls_pending"), "{all_pushed}");
+    assert!(!all_pushed.contains("Seq Scan"), "{all_pushed}");
+
+    // All requested again a moment ago: pending, but inside the debounce.
+    Spi::run("UPDATE indexnow_urls SET request_seq = 2, changed_at = now(), queued_at = now()").unwrap();
+    Spi::run("ANALYZE indexnow_urls").unwrap();
+    assert_eq!(
+        count(&format!(
+            "SELECT count(*) FROM ({}) d",
+            crate::queue::due::select_due_sql()
+                .replace("$1", "now()")
+                .replace("$2", "120")
+                .replace("$3", "3600")
+                .replace("$4", "86400")
+        )),
+        0
+    );
+    let all_quiet_pending = plan();
+    assert!(all_quiet_pending.contains("indexnow_urls_pending"), "{all_quiet_pending}");
+    assert!(!all_quiet_pending.contains("Seq Scan"), "{all_quiet_pending}");
+}
+
+#[pg_test]
+fn settings_have_units_ranges_and_contexts() {
+    let row = |name: &str| {
+        text(&format!(
+            "SELECT setting || ' ' || coalesce(unit, '-') || ' ' || context FROM pg_settings WHERE name = '{name}'"
+        ))
+        .unwrap_or_else(|| panic!("{name} is not registered"))
+    };
+    assert_eq!(row("indexnow.enabled"), "on - superuser");
+    assert_eq!(row("indexnow.dry_run"), "off - superuser");
+    assert_eq!(row("indexnow.endpoint"), "https://api.indexnow.org/indexnow - superuser");
+    assert_eq!(row("indexnow.debounce"), "120 s superuser");
+    assert_eq!(row("indexnow.min_gap"), "3600 s superuser");
+    assert_eq!(row("indexnow.repeat_after"), "86400 s superuser");
+    assert_eq!(row("indexnow.batch_size"), "10000 - superuser");
+    assert_eq!(row("indexnow.naptime"), "5000 ms superuser");
+    assert_eq!(row("indexnow.http_timeout"), "30000 ms superuser");
+    assert_eq!(row("indexnow.backoff_throttled"), "3600 s superuser");
+    assert_eq!(row("indexnow.backoff_unavailable"), "900 s superuser");
+    assert_eq!(row("indexnow.history_days"), "30 - superuser");
+
+    Spi::run("SET LOCAL indexnow.debounce = '2min'").unwrap();
+    Spi::run("SET LOCAL indexnow.min_gap = '90min'").unwrap();
+    assert_eq!(text("SHOW indexnow.debounce").as_deref(), Some("2min"));
+    let rule = crate::guc::due_rule();
+    assert_eq!(rule.debounce.as_secs(), 120);
+    assert_eq!(rule.min_gap.as_secs(), 5400);
+
+    install_error_catcher();
+    let err = error_of("SET LOCAL indexnow.batch_size = 10001").unwrap();
+    assert!(err.contains("10001 is outside the valid range"), "{err}");
+    let err = error_of("SET LOCAL indexnow.debounce = 'soon'").unwrap();
+    assert!(err.contains("invalid value"), "{err}");
+}
+
+#[pg_test]
+fn status_counts_per_host_with_the_due_rule() {
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'abcdefgh')").unwrap();
+    Spi::run("SELECT indexnow_add_host('quiet.example.com', 'abcdefgh')").unwrap();
+    for i in 0..3 {
+        Spi::run(&format!("SELECT indexnow_queue('https://www.example.com/{i}')")).unwrap();
+    }
+    Spi::run("SELECT indexnow_queue('https://nokey.example.org/a')").unwrap();
+    // Two of the three have been quiet for longer than the debounce.
+    Spi::run(
+        "UPDATE indexnow_urls SET changed_at = now() - interval '10 min' \
+          WHERE url IN ('https://www.example.com/0', 'https://www.example.com/1')",
+    )
+    .unwrap();
+    Spi::run(
+        "INSERT INTO indexnow_pushes (pushed_at, host, url_count, status) VALUES \
+           (now() - interval '2 hours', 'www.example.com', 5, 200), \
+           (now() - interval '1 hour', 'www.example.com', 2, 429)",
+    )
+    .unwrap();
+    Spi::run(
+        "INSERT INTO indexnow_backoff (scope, until, status) VALUES ('*', now() + interval '1 hour', 429)",
+    )
+    .unwrap();
+    let rows = text(
+        "SELECT string_agg(concat_ws(' ', host, has_key, pending, due_now, failed, last_status, \
+                backoff_until = now() + interval '1 hour', next_due_at IS NOT NULL), '; ' ORDER BY host) \
+           FROM indexnow_status()",
+    )
+    .unwrap();
+    assert_eq!(
+        rows,
+        "nokey.example.org f 1 0 0 t t; quiet.example.com t 0 0 0 t f; www.example.com t 3 2 0 429 t t"
+    );
+    assert_eq!(
+        text("SELECT DISTINCT worker FROM indexnow_status()").as_deref(),
+        Some("not running: indexnow is not in shared_preload_libraries")
+    );
+}
+
+#[pg_test]
+fn nothing_is_readable_by_public_and_keys_only_by_the_owner() {
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'abcdefgh')").unwrap();
+    Spi::run("CREATE ROLE indexnow_test_writer").unwrap();
+    install_error_catcher();
+    Spi::run("GRANT EXECUTE ON FUNCTION indexnow_test_error_of(text) TO indexnow_test_writer").unwrap();
+    Spi::run("SET LOCAL ROLE indexnow_test_writer").unwrap();
+    for sql in [
+        "SELECT key FROM indexnow_hosts",
+        "SELECT count(*) FROM indexnow_urls",
+        "SELECT count(*) FROM indexnow_pushes",
+        "SELECT count(*) FROM indexnow_backoff",
+        "DELETE FROM indexnow_urls",
+        "SELECT indexnow_queue('https://www.example.com/x')",
+        "SELECT indexnow_add_host('evil.example.com', 'abcdefgh')",
+        "SELECT * FROM indexnow_status()",
+        "SET indexnow.enabled = off",
+        "SET indexnow.endpoint = 'https://evil.example.com/'",
+    ] {
+        let err = error_of(sql).unwrap_or_else(|| panic!("PUBLIC could run {sql}"));
+        assert!(err.starts_with("42501"), "{sql}: {err}");
+    }
+    // The endpoint is not even shown to a non-superuser.
+    let err = error_of("SHOW indexnow.endpoint").unwrap();
+    assert!(err.starts_with("42501"), "{err}");
+    Spi::run("RESET ROLE").unwrap();
+
+    // Granted queue access, the role queues through the SECURITY DEFINER function without any
+    // privilege on the table itself.
+    Spi::run("GRANT EXECUTE ON FUNCTION indexnow_queue(text, text) TO indexnow_test_writer").unwrap();
+    Spi::run("SET LOCAL ROLE indexnow_test_writer").unwrap();
+    Spi::run("SELECT indexnow_queue('https://www.example.com/x')").unwrap();
+    assert!(error_of("SELECT count(*) FROM indexnow_urls").is_some());
+    Spi::run("RESET ROLE").unwrap();
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
+}
+
+#[pg_test]
+fn security_definer_functions_pin_search_path() {
+    let unpinned = count(
+        "SELECT count(*) FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' \
+           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'indexnow' \
+          WHERE p.prosecdef AND NOT EXISTS \
+                (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%')",
+    );
+    assert_eq!(unpinned, 0);
+    let definers = count(
+        "SELECT count(*) FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' \
+           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'indexnow' WHERE p.prosecdef",
+    );
+    assert!(definers >= 2, "{definers}");
+}
