@@ -1,0 +1,195 @@
+//! A throwaway PostgreSQL 15 cluster for end-to-end tests, with the installed `indexnow`
+//! extension, optionally preloaded.
+//!
+//! Postgres refuses to run as root, and tests and CI run as root: the cluster's files belong to the
+//! `postgres` user and `initdb`/`pg_ctl` run through `sudo -u postgres`. Clients connect over TCP
+//! on 127.0.0.1 to a free port. The cluster is stopped and removed when the value is dropped.
+
+use postgres::{Client, NoTls};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+/// How a cluster is started.
+pub struct Options {
+    /// `shared_preload_libraries = 'indexnow'`.
+    pub preload: bool,
+    /// Extra `postgresql.conf` lines.
+    pub conf: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            preload: true,
+            conf: vec![],
+        }
+    }
+}
+
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed: {text}");
+    text
+}
+
+fn as_postgres(program: &str) -> Command {
+    let mut c = Command::new("sudo");
+    c.args(["-n", "-u", "postgres", program]);
+    c
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    pub fn start(options: Options) -> Cluster {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        run(
+            "chown",
+            Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]),
+        );
+        let data = dir.join("data");
+        run(
+            "initdb",
+            as_postgres(&format!("{PG_BIN}/initdb"))
+                .args([
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "--no-sync",
+                ])
+                .args(["-E", "UTF8", "--locale", "C.UTF-8"]),
+        );
+        let mut conf = vec![
+            format!("port = {port}"),
+            "listen_addresses = '127.0.0.1'".to_string(),
+            format!("unix_socket_directories = '{}'", dir.display()),
+            "fsync = off".to_string(),
+            "log_min_messages = info".to_string(),
+        ];
+        if options.preload {
+            conf.push("shared_preload_libraries = 'indexnow'".to_string());
+        }
+        conf.extend(options.conf);
+        let conf_path = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf_path).unwrap();
+        text.push_str(&format!("\n# indexnow-e2e\n{}\n", conf.join("\n")));
+        std::fs::write(&conf_path, text).unwrap();
+        let cluster = Cluster { dir, port };
+        cluster.pg_ctl(&["start", "-w", "-t", "60"]);
+        cluster
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let log = self.dir.join("server.log");
+        run(
+            "pg_ctl",
+            as_postgres(&format!("{PG_BIN}/pg_ctl"))
+                .args([
+                    "-D",
+                    self.data().to_str().unwrap(),
+                    "-l",
+                    log.to_str().unwrap(),
+                ])
+                .args(args),
+        );
+    }
+
+    pub fn restart(&self) {
+        self.pg_ctl(&["restart", "-w", "-t", "60", "-m", "fast"]);
+    }
+
+    pub fn conninfo(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            self.port
+        )
+    }
+
+    pub fn connect(&self, db: &str) -> Client {
+        Client::connect(&self.conninfo(db), NoTls)
+            .unwrap_or_else(|e| panic!("connect to {db}: {e}\n{}", self.log()))
+    }
+
+    pub fn connect_as(&self, db: &str, user: &str) -> Client {
+        Client::connect(
+            &format!("host=127.0.0.1 port={} user={user} dbname={db}", self.port),
+            NoTls,
+        )
+        .unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
+    }
+
+    /// A new database with the extension created in it.
+    pub fn create_db_with_extension(&self, db: &str) -> Client {
+        self.connect("postgres")
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .unwrap();
+        let mut c = self.connect(db);
+        c.batch_execute("CREATE EXTENSION indexnow").unwrap();
+        c
+    }
+
+    /// Runs a PostgreSQL client program (psql, pg_dump, pgbench) against this cluster.
+    pub fn client_program(&self, program: &str, args: &[&str]) -> String {
+        run(
+            program,
+            Command::new(format!("{PG_BIN}/{program}"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                ])
+                .args(args),
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = as_postgres(&format!("{PG_BIN}/pg_ctl"))
+            .args([
+                "-D",
+                self.data().to_str().unwrap(),
+                "stop",
+                "-m",
+                "immediate",
+                "-w",
+            ])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

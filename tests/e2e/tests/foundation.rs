@@ -1,0 +1,147 @@
+//! The foundation on a real cluster: what needs separate transactions, sessions or client programs.
+
+use indexnow_e2e::{Cluster, Options};
+
+const URL: &str = "https://www.example.com/th/news";
+
+#[test]
+fn a_rolled_back_transaction_queues_nothing_a_committed_one_does() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    let mut tx = db.transaction().unwrap();
+    tx.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
+    tx.rollback().unwrap();
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM indexnow_urls", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+
+    let mut tx = db.transaction().unwrap();
+    tx.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
+    tx.commit().unwrap();
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM indexnow_urls", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn ten_saves_in_ten_transactions_make_one_row_and_restart_the_debounce_each_time() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    let mut seen = vec![];
+    for _ in 0..10 {
+        db.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
+        let row = db
+            .query_one(
+                "SELECT count(*) OVER (), changed_at, request_seq FROM indexnow_urls",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), 1);
+        seen.push((
+            row.get::<_, chrono::DateTime<chrono::Utc>>(1),
+            row.get::<_, i64>(2),
+        ));
+    }
+    for pair in seen.windows(2) {
+        assert!(pair[1].0 > pair[0].0, "changed_at did not move: {pair:?}");
+        assert_eq!(pair[1].1, pair[0].1 + 1);
+    }
+}
+
+#[test]
+fn settings_reload_without_restart_into_open_sessions() {
+    let cluster = Cluster::start(Options::default());
+    let mut open = cluster.create_db_with_extension("site");
+    let show = |c: &mut postgres::Client| -> String {
+        c.query_one("SHOW indexnow.debounce", &[]).unwrap().get(0)
+    };
+    assert_eq!(show(&mut open), "2min");
+    let mut admin = cluster.connect("site");
+    admin
+        .batch_execute("ALTER SYSTEM SET indexnow.debounce = '45s'")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    // The open session takes the new value at its next command after the SIGHUP arrives.
+    let mut value = show(&mut open);
+    for _ in 0..50 {
+        if value == "45s" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        value = show(&mut open);
+    }
+    assert_eq!(value, "45s");
+}
+
+#[test]
+fn status_tells_whether_the_library_is_preloaded() {
+    for (preload, want) in [
+        (
+            false,
+            "not running: indexnow is not in shared_preload_libraries",
+        ),
+        (
+            true,
+            "not running: this version of indexnow has no background worker yet",
+        ),
+    ] {
+        let cluster = Cluster::start(Options {
+            preload,
+            conf: vec![],
+        });
+        let mut db = cluster.create_db_with_extension("site");
+        db.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
+        let worker: String = db
+            .query_one("SELECT worker FROM indexnow_status()", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(worker, want, "preload = {preload}");
+    }
+}
+
+#[test]
+fn pg_dump_keeps_keys_and_queue() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "SELECT indexnow_add_host('www.example.com', '5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c');
+         SELECT indexnow_queue('https://www.example.com/a', 'changed');
+         SELECT indexnow_queue('https://www.example.com/b', 'deleted');",
+    )
+    .unwrap();
+    let dump = cluster.dir.join("site.sql");
+    cluster.client_program("pg_dump", &["-d", "site", "-f", dump.to_str().unwrap()]);
+    cluster
+        .connect("postgres")
+        .batch_execute("CREATE DATABASE restored")
+        .unwrap();
+    cluster.client_program(
+        "psql",
+        &[
+            "-d",
+            "restored",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-f",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let mut restored = cluster.connect("restored");
+    let row = restored
+        .query_one(
+            "SELECT (SELECT string_agg(url || ' ' || reason, ', ' ORDER BY url) FROM indexnow_urls), \
+                    (SELECT key FROM indexnow_hosts)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        row.get::<_, String>(0),
+        "https://www.example.com/a changed, https://www.example.com/b deleted"
+    );
+    assert_eq!(row.get::<_, String>(1), "5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c");
+}
