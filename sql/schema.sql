@@ -31,14 +31,41 @@ CREATE TABLE indexnow_urls (
     pushed_changed_at timestamptz,                  -- the changed_at that push carried
     request_seq       bigint NOT NULL DEFAULT 1,
     settled_seq       bigint NOT NULL DEFAULT 0,
+    settled_reason    text,                         -- reason of the last settled request: what
+                                                    --   search engines were last told (or, for a
+                                                    --   watch's baseline, are taken to know)
     failed_at         timestamptz,                  -- last refused push (4xx): not retried
     failed_status     integer,                      --   until a new request comes
-    failed_note       text
+    failed_note       text,
+    watch_id          integer,                      -- the watch that last derived this URL
+    fingerprint       text                          -- md5 of the public columns it was derived from
 );
 
 -- The due query's index: only pending rows are in it, ordered by what the debounce compares, so
 -- an idle pass reads nothing when nothing is pending and only the quiet rows otherwise.
 CREATE INDEX indexnow_urls_pending ON indexnow_urls (changed_at) WHERE request_seq > settled_seq;
+
+-- What indexnow_watch() set up: one row per watched table and URL pattern, with the SQL it
+-- generated for each trigger event (run by indexnow_capture(), see capture.sql) and for reconcile.
+CREATE TABLE indexnow_watches (
+    id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tbl           regclass NOT NULL,
+    pattern       text NOT NULL,                    -- the url template, or url_sql
+    url           text,
+    url_sql       text,
+    visible       text,
+    ignore        text[] NOT NULL,
+    publish_at    text,
+    hidden_reason text NOT NULL,
+    search_path   text NOT NULL,                    -- the watcher's, for visible and url_sql
+    on_insert     text NOT NULL,
+    on_update     text NOT NULL,
+    on_delete     text NOT NULL,
+    on_truncate   text NOT NULL,
+    reconcile     text NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (tbl, pattern)
+);
 
 -- One row per request made (or per dry-run decision).
 CREATE TABLE indexnow_pushes (
@@ -68,3 +95,4 @@ SELECT pg_catalog.pg_extension_config_dump('indexnow_hosts', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_urls', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_pushes', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_backoff', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_watches', '');

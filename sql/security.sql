@@ -7,12 +7,23 @@
 -- Functions that write the queue for other roles are SECURITY DEFINER, and every function that
 -- runs SQL pins search_path to this schema, so no caller can slip its own objects in.
 
-REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff FROM PUBLIC;
+REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches
+    FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION indexnow_add_host(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
+-- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
+-- expressions with the caller's search_path (and names its own objects with their schema).

@@ -5,10 +5,11 @@
 //! - `guc`          every setting
 //! - `queue`        `indexnow_queue()`, the reasons, and the due rule (`queue/due.rs`)
 //! - `hosts`        `indexnow_add_host()` and key rules
-//! - `capture`      from writes to queue requests (fingerprints)
+//! - `capture`      from writes to content tables to queue requests (watch, plan, templates)
 //! - `status`       `indexnow_status()`
 //! - `worker`       the background worker
-//! - `sql/`         tables and indexes (`schema.sql`), grants and search_path pins (`security.sql`)
+//! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`), grants
+//!                  and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URL and key validation)
 
 use pgrx::prelude::*;
@@ -24,6 +25,11 @@ mod worker;
 ::pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!(
+    "../sql/capture.sql",
+    name = "capture",
+    requires = ["schema"]
+);
 extension_sql_file!("../sql/security.sql", name = "security", finalize);
 
 #[pg_guard]
@@ -39,6 +45,7 @@ pub extern "C-unwind" fn _PG_init() {
 #[pg_schema]
 mod tests {
     include!("tests.rs");
+    include!("capture_tests.rs");
 }
 
 /// Required by `cargo pgrx test`.

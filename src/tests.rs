@@ -13,21 +13,28 @@ fn text(sql: &str) -> Option<String> {
     Spi::get_one::<String>(sql).unwrap()
 }
 
-/// Runs `sql` in a subtransaction and returns the error message it raised, if any.
+/// Runs `sql` in a subtransaction and returns `SQLSTATE: message` of the error it raised, if any.
 fn error_of(sql: &str) -> Option<String> {
+    install_error_catcher();
     let quoted = sql.replace('\'', "''");
-    text(&format!(
-        "SELECT indexnow_test_error_of('{quoted}')"
-    ))
+    text(&format!("SELECT public.indexnow_test_error_of('{quoted}')"))
 }
 
 fn install_error_catcher() {
+    let installed = Spi::get_one::<bool>(
+        "SELECT to_regprocedure('public.indexnow_test_error_of(text)') IS NOT NULL",
+    );
+    if installed == Ok(Some(true)) {
+        return;
+    }
     Spi::run(
-        "CREATE OR REPLACE FUNCTION indexnow_test_error_of(q text) RETURNS text LANGUAGE plpgsql AS $$ \
+        "CREATE OR REPLACE FUNCTION public.indexnow_test_error_of(q text) RETURNS text \
+         LANGUAGE plpgsql AS $$ \
          BEGIN EXECUTE q; RETURN NULL; \
          EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
     )
     .unwrap();
+    Spi::run("GRANT EXECUTE ON FUNCTION public.indexnow_test_error_of(text) TO PUBLIC").unwrap();
 }
 
 #[pg_test]
@@ -104,7 +111,6 @@ fn every_reason_is_accepted_and_the_table_agrees() {
         .unwrap();
     }
     assert_eq!(count("SELECT count(DISTINCT reason) FROM indexnow_urls"), 8);
-    install_error_catcher();
     // The CHECK constraint refuses what the Rust list refuses.
     let err = error_of(
         "INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, available_at) \
@@ -116,7 +122,6 @@ fn every_reason_is_accepted_and_the_table_agrees() {
 
 #[pg_test]
 fn bad_requests_are_refused_with_the_problem_named() {
-    install_error_catcher();
     let cases = [
         ("SELECT indexnow_queue('https://www.example.com/', 'purged')", "unknown reason \"purged\"; the reasons are: created, changed, refresh, moved, unpublished, deleted, gone, untranslated"),
         ("SELECT indexnow_queue('/relative')", "not an absolute http(s) URL"),
@@ -161,7 +166,6 @@ fn add_host_checks_and_replaces_keys() {
         text("SELECT host || ' ' || key || ' ' || key_location FROM indexnow_hosts").as_deref(),
         Some("www.example.com second-key-123 https://www.example.com/keys/second-key-123.txt")
     );
-    install_error_catcher();
     let cases = [
         ("SELECT indexnow_add_host('www.example.com', 'short')", "the key is 5 characters long: it must have 8 to 128"),
         ("SELECT indexnow_add_host('www.example.com', 'has_underscore')", "only a-z, A-Z, 0-9 and '-'"),
@@ -314,7 +318,6 @@ fn settings_have_units_ranges_and_contexts() {
     assert_eq!(rule.debounce.as_secs(), 120);
     assert_eq!(rule.min_gap.as_secs(), 5400);
 
-    install_error_catcher();
     let err = error_of("SET LOCAL indexnow.batch_size = 10001").unwrap();
     assert!(err.contains("10001 is outside the valid range"), "{err}");
     let err = error_of("SET LOCAL indexnow.debounce = 'soon'").unwrap();
@@ -365,8 +368,7 @@ fn status_counts_per_host_with_the_due_rule() {
 fn nothing_is_readable_by_public_and_keys_only_by_the_owner() {
     Spi::run("SELECT indexnow_add_host('www.example.com', 'abcdefgh')").unwrap();
     Spi::run("CREATE ROLE indexnow_test_writer").unwrap();
-    install_error_catcher();
-    Spi::run("GRANT EXECUTE ON FUNCTION indexnow_test_error_of(text) TO indexnow_test_writer").unwrap();
+    install_error_catcher(); // before the role change: that role cannot create it
     Spi::run("SET LOCAL ROLE indexnow_test_writer").unwrap();
     for sql in [
         "SELECT key FROM indexnow_hosts",

@@ -15,7 +15,7 @@
 pub mod due;
 mod reason;
 
-pub use reason::Reason;
+pub use reason::{Reason, UnknownReason};
 
 use crate::error::invalid_parameter;
 use pgrx::prelude::*;
@@ -23,7 +23,8 @@ use sha1::{Digest, Sha1};
 
 /// The conflict rule every writer of `indexnow_urls` shares (this function and the capture
 /// triggers), appended to an `INSERT INTO indexnow_urls AS u (...) ... ` that supplies `url`,
-/// `url_hash`, `host`, `reason`, `changed_at`, `queued_at` and `available_at`.
+/// `url_hash`, `host`, `reason`, `changed_at`, `queued_at` and `available_at` (and, from a watch,
+/// `watch_id` and `fingerprint`).
 pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
                      THEN u.reason ELSE excluded.reason END, \
@@ -31,7 +32,9 @@ pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
                          ELSE excluded.changed_at END, \
        queued_at = excluded.queued_at, \
        available_at = excluded.available_at, \
-       request_seq = u.request_seq + 1";
+       request_seq = u.request_seq + 1, \
+       watch_id = coalesce(excluded.watch_id, u.watch_id), \
+       fingerprint = coalesce(excluded.fingerprint, u.fingerprint)";
 
 /// The 20-byte key of a URL (already in normal form).
 pub fn url_hash(url: &str) -> Vec<u8> {
@@ -44,7 +47,7 @@ pub fn url_hash(url: &str) -> Vec<u8> {
 fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
     let reason: Reason = reason
         .parse()
-        .unwrap_or_else(|e: reason::UnknownReason| invalid_parameter(e.to_string()));
+        .unwrap_or_else(|e: UnknownReason| invalid_parameter(e.to_string()));
     let target = indexnow_protocol::submittable_url(url)
         .unwrap_or_else(|e| invalid_parameter(format!("indexnow: cannot queue {url:?}: {e}")));
     let sql = format!(

@@ -1,0 +1,60 @@
+-- indexnow: the capture trigger function, shared by every watched table.
+--
+-- Statement-level AFTER INSERT/UPDATE/DELETE triggers (with transition tables indexnow_old and
+-- indexnow_new) and AFTER TRUNCATE triggers on watched tables call it; it runs, for each watch of
+-- the table, the one set-based statement indexnow_watch() generated for the event
+-- (src/capture/plan.rs says what those statements decide).
+--
+-- SECURITY DEFINER: a role that may only write the content table still has its change queued.
+-- The search_path is the watch's (its visible and url_sql expressions were written for it); the
+-- function's SET clause restores the caller's when it returns.
+--
+-- The content write never fails because of indexnow: a statement that fails (a url_sql that
+-- raises, a watch left stale by ALTER TABLE) is rolled back on its own and reported as a WARNING.
+CREATE FUNCTION indexnow_capture() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+AS $$
+DECLARE
+    w record;
+BEGIN
+    FOR w IN
+        SELECT pattern, search_path,
+               CASE TG_OP WHEN 'INSERT' THEN on_insert WHEN 'UPDATE' THEN on_update
+                          WHEN 'DELETE' THEN on_delete ELSE on_truncate END AS statement
+          FROM @extschema@.indexnow_watches
+         WHERE tbl = TG_RELID
+         ORDER BY id
+    LOOP
+        PERFORM pg_catalog.set_config('search_path', w.search_path, true);
+        BEGIN
+            EXECUTE w.statement;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'indexnow: % on %.% was not captured for %: %',
+                TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, w.pattern, SQLERRM
+                USING HINT = 'The write itself succeeded. Fix the watch with indexnow_watch(), '
+                             'then run indexnow_reconcile() to catch up.';
+        END;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- For indexnow_watch(): the type of an expression over a row of tbl, or an ERROR naming the
+-- argument when it does not parse. Evaluated over one all-NULL row, so it reads no data.
+CREATE FUNCTION indexnow_expression_type(tbl text, expr text, what text) RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    result text;
+BEGIN
+    BEGIN
+        EXECUTE format('SELECT pg_catalog.pg_typeof((%s))::regtype::text '
+                       'FROM (SELECT 1) indexnow_one LEFT JOIN %s r ON false', expr, tbl)
+           INTO result;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'indexnow_watch: % is not a valid SQL expression over %: %', what, tbl, SQLERRM
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
+    RETURN result;
+END
+$$;

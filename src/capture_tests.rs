@@ -1,0 +1,375 @@
+// Capture, SQL level: watches on real tables, triggers firing inside the test's transaction.
+// (Each test is rolled back at its end; what needs commits, client programs or DROP EXTENSION is
+// in tests/e2e/tests/capture.rs.)
+
+
+/// The queue as `url reason pending` lines, sorted, for compact assertions.
+fn queue() -> String {
+    text(
+        "SELECT coalesce(string_agg(url || ' ' || reason || ' ' || (request_seq - settled_seq), E'\\n' \
+                ORDER BY url), '') FROM indexnow_urls",
+    )
+    .unwrap()
+}
+
+/// Pending requests only: what would be sent.
+fn pending() -> String {
+    text(
+        "SELECT coalesce(string_agg(url || ' ' || reason, E'\\n' ORDER BY url), '') \
+           FROM indexnow_urls WHERE request_seq > settled_seq",
+    )
+    .unwrap()
+}
+
+fn run(sql: &str) {
+    Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The spec's site: a pages table watched for a Thai and an English URL.
+fn site() {
+    run(
+        "CREATE TABLE pages (id serial PRIMARY KEY, slug text, title text, body text, \
+           title_en text, body_en text, status text NOT NULL DEFAULT 'draft', \
+           noindex boolean NOT NULL DEFAULT false, category text, sort_order int, \
+           is_featured boolean, keywords text, created_at timestamptz DEFAULT now(), \
+           updated_at timestamptz DEFAULT now(), published_at timestamptz)",
+    );
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
+           visible => $$status = 'published' AND NOT noindex$$, \
+           ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title_en,body_en}', \
+           publish_at => 'published_at')",
+    );
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/en/{slug}', \
+           visible => $$status = 'published' AND title_en IS NOT NULL$$, \
+           ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title,body}', \
+           hidden_reason => 'untranslated', publish_at => 'published_at')",
+    );
+}
+
+fn publish(slug: &str) {
+    run(&format!(
+        "INSERT INTO pages (slug, title, body, status) VALUES ('{slug}', 'T', 'B', 'published')"
+    ));
+}
+
+#[pg_test]
+fn ten_saves_make_one_row() {
+    site();
+    publish("news");
+    for i in 0..10 {
+        run(&format!("UPDATE pages SET body = 'edit {i}' WHERE slug = 'news'"));
+    }
+    assert_eq!(queue(), "https://www.example.com/th/news changed 11");
+}
+
+#[pg_test]
+fn an_ignored_only_change_queues_nothing() {
+    site();
+    publish("news");
+    run("UPDATE indexnow_urls SET changed_at = now() - interval '1 hour', settled_seq = request_seq");
+    run("UPDATE pages SET sort_order = 5, is_featured = true, keywords = 'k', updated_at = now() + interval '1 s'");
+    assert_eq!(pending(), "");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE changed_at < now()"), 1);
+}
+
+#[pg_test]
+fn a_slug_change_moves_the_old_url() {
+    site();
+    publish("news");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("UPDATE pages SET slug = 'latest-news' WHERE slug = 'news'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/th/latest-news changed\nhttps://www.example.com/th/news moved"
+    );
+}
+
+#[pg_test]
+fn unpublish_then_republish_leaves_one_live_row() {
+    site();
+    publish("news");
+    run("UPDATE pages SET status = 'draft'");
+    assert_eq!(pending(), "https://www.example.com/th/news unpublished");
+    run("UPDATE pages SET status = 'published'");
+    assert_eq!(pending(), "https://www.example.com/th/news created");
+    run("UPDATE pages SET noindex = true");
+    assert_eq!(pending(), "https://www.example.com/th/news unpublished");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
+}
+
+#[pg_test]
+fn delete_and_truncate_queue_removals() {
+    site();
+    publish("a");
+    publish("b");
+    publish("c");
+    run("UPDATE pages SET title_en = 'A' WHERE slug = 'a'");
+    run("INSERT INTO pages (slug, status) VALUES ('draft', 'draft')");
+    run("DELETE FROM pages WHERE slug = 'a'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/a deleted\nhttps://www.example.com/th/a deleted\n\
+         https://www.example.com/th/b created\nhttps://www.example.com/th/c created"
+    );
+    run("TRUNCATE pages");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/a deleted\nhttps://www.example.com/th/a deleted\n\
+         https://www.example.com/th/b deleted\nhttps://www.example.com/th/c deleted"
+    );
+    // The draft was never public: no URL of it was ever queued.
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%draft%'"), 0);
+}
+
+#[pg_test]
+fn insert_select_of_ten_thousand_rows_is_one_statement_and_ten_thousand_urls() {
+    site();
+    run(
+        "INSERT INTO pages (slug, title, body, status) \
+         SELECT 'p' || g, 'T', 'B', CASE WHEN g % 4 = 0 THEN 'draft' ELSE 'published' END \
+           FROM generate_series(1, 13333) g",
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE reason = 'created'"), 10_000);
+    run("UPDATE pages SET body = body || ' more'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE request_seq = 2"), 10_000);
+}
+
+#[pg_test]
+fn per_language_watches_queue_only_their_language() {
+    site();
+    publish("news");
+    run("UPDATE pages SET title_en = 'News' WHERE slug = 'news'");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("UPDATE pages SET body_en = 'English only'");
+    assert_eq!(pending(), "https://www.example.com/en/news changed");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("UPDATE pages SET body = 'Thai only'");
+    assert_eq!(pending(), "https://www.example.com/th/news changed");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("UPDATE pages SET title_en = NULL");
+    assert_eq!(pending(), "https://www.example.com/en/news untranslated");
+}
+
+#[pg_test]
+fn a_translation_table_with_url_sql() {
+    run("CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL)");
+    run(
+        "CREATE TABLE post_translations (post_id int REFERENCES posts, lang text, title text, \
+           body text, updated_at timestamptz, PRIMARY KEY (post_id, lang))",
+    );
+    run("INSERT INTO posts VALUES (1, 'hello', true), (2, 'draft', false)");
+    run(
+        "SELECT indexnow_watch('post_translations', \
+           url_sql => $$'https://www.example.com/' || lang || '/' || (SELECT p.slug FROM posts p WHERE p.id = post_id)$$, \
+           visible => $$(SELECT p.published FROM posts p WHERE p.id = post_id)$$)",
+    );
+    run("INSERT INTO post_translations VALUES (1, 'th', 'T', 'B', now()), (1, 'en', 'T', 'B', now()), (2, 'en', 'D', 'D', now())");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("UPDATE post_translations SET body = 'new english' WHERE post_id = 1 AND lang = 'en'");
+    assert_eq!(pending(), "https://www.example.com/en/hello changed");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%draft%'"), 0);
+}
+
+#[pg_test]
+fn scheduled_rescheduled_and_cancelled() {
+    site();
+    run(
+        "INSERT INTO pages (slug, status, published_at) VALUES \
+           ('soon', 'published', now() + interval '1 day'), \
+           ('later', 'published', now() + interval '2 days')",
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE available_at = now() + interval '1 day' AND url LIKE '%/soon'"),
+        1
+    );
+    run("UPDATE pages SET published_at = now() + interval '3 days' WHERE slug = 'soon'");
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE available_at = now() + interval '3 days' AND url LIKE '%/soon'"),
+        1
+    );
+    // Cancelled before its time: never public, so never sent.
+    run("UPDATE pages SET status = 'draft' WHERE slug = 'later'");
+    assert_eq!(pending(), "https://www.example.com/th/soon created");
+    // Deleted before its time: the same.
+    run("DELETE FROM pages WHERE slug = 'soon'");
+    assert_eq!(pending(), "");
+    // Published now instead: sent now.
+    run("INSERT INTO pages (slug, status, published_at) VALUES ('x', 'published', now() + interval '1 day')");
+    run("UPDATE pages SET published_at = now() - interval '1 minute' WHERE slug = 'x'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/x' AND available_at = now()"), 1);
+}
+
+#[pg_test]
+fn a_rescheduled_page_search_engines_knew_is_removed_when_cancelled() {
+    site();
+    publish("known");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, last_pushed_at = now()");
+    run("UPDATE pages SET published_at = now() + interval '1 day'");
+    run("UPDATE pages SET status = 'draft'");
+    assert_eq!(pending(), "https://www.example.com/th/known unpublished");
+}
+
+#[pg_test]
+fn a_never_public_url_is_never_queued() {
+    site();
+    run("INSERT INTO pages (slug, status) VALUES ('d', 'draft')");
+    run("UPDATE pages SET body = 'still a draft'");
+    run("UPDATE pages SET slug = 'd2'");
+    run("DELETE FROM pages");
+    publish("th-only");
+    assert_eq!(queue(), "https://www.example.com/th/th-only created 1");
+}
+
+#[pg_test]
+fn a_row_whose_url_cannot_be_built_is_skipped_and_the_write_succeeds() {
+    site();
+    run("INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published')");
+    assert_eq!(queue(), "https://www.example.com/th/ok created 1");
+    run("UPDATE pages SET slug = repeat('x', 3000) WHERE slug = 'ok'");
+    assert_eq!(count("SELECT count(*) FROM pages WHERE length(slug) = 3000"), 1);
+    // The old URL is still removed; the new one, too long, is skipped.
+    assert_eq!(pending(), "https://www.example.com/th/ok moved");
+}
+
+#[pg_test]
+fn a_failing_watch_never_fails_the_write() {
+    run("CREATE TABLE items (id int PRIMARY KEY, n int)");
+    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$)");
+    run("INSERT INTO items VALUES (1, 0), (2, 5)");
+    assert_eq!(count("SELECT count(*) FROM items"), 2);
+}
+
+#[pg_test]
+fn rollback_of_a_statement_queues_nothing() {
+    site();
+    run(
+        "DO $$ BEGIN \
+           INSERT INTO pages (slug, status) VALUES ('gone', 'published'); \
+           RAISE EXCEPTION 'roll back'; \
+         EXCEPTION WHEN raise_exception THEN NULL; END $$",
+    );
+    assert_eq!(queue(), "");
+}
+
+#[pg_test]
+fn reconcile_catches_writes_the_triggers_missed() {
+    site();
+    publish("a");
+    publish("b");
+    publish("c");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    run("SET LOCAL session_replication_role = replica");
+    run("UPDATE pages SET body = 'changed behind our back' WHERE slug = 'a'");
+    run("DELETE FROM pages WHERE slug = 'b'");
+    run("INSERT INTO pages (slug, status) VALUES ('d', 'published')");
+    run("SET LOCAL session_replication_role = origin");
+    assert_eq!(pending(), "");
+    let counts = text(
+        "SELECT string_agg(concat_ws(' ', pattern, created, changed, gone), '; ' ORDER BY pattern) \
+           FROM indexnow_reconcile('pages')",
+    )
+    .unwrap();
+    assert_eq!(counts, "https://www.example.com/en/{slug} 0 0 0; https://www.example.com/th/{slug} 1 1 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/th/a changed\nhttps://www.example.com/th/b gone\nhttps://www.example.com/th/d created"
+    );
+    // A second pass finds nothing more.
+    assert_eq!(count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('pages')"), 0);
+}
+
+#[pg_test]
+fn watching_records_existing_pages_without_announcing_them() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text, live boolean, publish timestamptz)");
+    run(
+        "INSERT INTO pages VALUES (1, 'a', true, NULL), (2, 'b', false, NULL), \
+           (3, 'c', true, now() + interval '1 hour')",
+    );
+    run("SELECT indexnow_watch('pages', url => 'https://x.example.com/{slug}', visible => 'live', publish_at => 'publish')");
+    assert_eq!(
+        queue(),
+        "https://x.example.com/a created 0\nhttps://x.example.com/c created 1"
+    );
+    // A table already known: a TRUNCATE removes what was public.
+    run("TRUNCATE pages");
+    assert_eq!(pending(), "https://x.example.com/a deleted");
+}
+
+#[pg_test]
+fn watch_checks_its_arguments() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text, status text, published_at timestamptz, n int)");
+    run("CREATE TABLE nokey (slug text)");
+    let cases = [
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{title}')", "names column \"title\", which public.pages does not have"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug')", "unclosed"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/static')", "names no column"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', ignore => '{colour}')", "ignore names column \"colour\""),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', ignore => '{slug}')", "in the URL and in ignore"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'status =')", "visible is not a valid SQL expression over public.pages"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'status')", "visible must be a boolean expression over public.pages; \"status\" is text"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'colour = 1')", "column \"colour\" does not exist"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', publish_at => 'n')", "publish_at column \"n\" is not a timestamp"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', publish_at => 'when')", "publish_at names column \"when\""),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', hidden_reason => 'changed')", "not a removal reason"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', hidden_reason => 'hidden')", "unknown reason \"hidden\""),
+        ("SELECT indexnow_watch('pages')", "give the URL"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', url_sql => 'slug')", "not both"),
+        ("SELECT indexnow_watch('pages', url_sql => 'slug ||| 1')", "url_sql is not a valid SQL expression"),
+        ("SELECT indexnow_watch('nokey', url => 'https://x.com/{slug}')", "has no primary key"),
+        ("SELECT indexnow_watch('no_such_table', url => 'https://x.com/{slug}')", "relation \"no_such_table\" does not exist"),
+    ];
+    for (sql, want) in cases {
+        let err = error_of(sql).unwrap_or_else(|| panic!("no error from {sql}"));
+        assert!(err.contains(want), "{sql}: {err}");
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass"), 0);
+}
+
+#[pg_test]
+fn watch_again_replaces_and_unwatch_removes_triggers_and_configuration() {
+    site();
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 2);
+    assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass"), 4);
+    // The same pattern again replaces the watch.
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
+           visible => $$status = 'published'$$)",
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 2);
+    assert_eq!(
+        text("SELECT visible FROM indexnow_watches WHERE pattern LIKE '%/th/%'").as_deref(),
+        Some("status = 'published'")
+    );
+    run("SELECT indexnow_unwatch('pages', 'https://www.example.com/en/{slug}')");
+    assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass"), 4);
+    publish("only-th");
+    assert_eq!(pending(), "https://www.example.com/th/only-th created");
+    run("SELECT indexnow_unwatch('pages')");
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass"), 0);
+    publish("unwatched");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%unwatched'"), 0);
+    let err = error_of("SELECT indexnow_unwatch('pages')").unwrap();
+    assert!(err.contains("public.pages is not watched"), "{err}");
+}
+
+#[pg_test]
+fn a_role_that_may_only_write_the_table_still_has_its_change_queued() {
+    site();
+    run("CREATE ROLE indexnow_test_editor");
+    run("GRANT USAGE ON SCHEMA public TO indexnow_test_editor");
+    run("GRANT SELECT, INSERT, UPDATE, DELETE ON pages TO indexnow_test_editor");
+    run("GRANT USAGE ON SEQUENCE pages_id_seq TO indexnow_test_editor");
+    install_error_catcher(); // before the role change: that role cannot create it
+    run("SET LOCAL ROLE indexnow_test_editor");
+    run("INSERT INTO pages (slug, status) VALUES ('by-editor', 'published')");
+    let err = error_of("SELECT count(*) FROM indexnow_urls").unwrap();
+    assert!(err.starts_with("42501"), "{err}");
+    let err = error_of("SELECT indexnow_watch('pages', url => 'https://evil.example.com/{slug}')").unwrap();
+    assert!(err.starts_with("42501"), "{err}");
+    run("RESET ROLE");
+    assert_eq!(pending(), "https://www.example.com/th/by-editor created");
+}
