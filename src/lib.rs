@@ -8,8 +8,8 @@
 //! - `capture`      from writes to content tables to queue requests (watch, plan, templates)
 //! - `status`       `indexnow_status()`
 //! - `worker`       the background worker
-//! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`), grants
-//!                  and search_path pins (`security.sql`)
+//! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`),
+//!   grants and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URL and key validation)
 
 use pgrx::prelude::*;

@@ -1,0 +1,212 @@
+//! Capture on a real cluster: what needs commits, real client programs, or DROP EXTENSION.
+
+use indexnow_e2e::{Cluster, Options};
+use postgres::Client;
+
+fn site(cluster: &Cluster) -> Client {
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE pages (id serial PRIMARY KEY, slug text, title text, body text, \
+           status text NOT NULL DEFAULT 'draft', updated_at timestamptz DEFAULT now());
+         SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
+           visible => $$status = 'published'$$);",
+    )
+    .unwrap();
+    db
+}
+
+fn queued(db: &mut Client) -> Vec<String> {
+    db.query(
+        "SELECT url || ' ' || reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+#[test]
+fn copy_through_psql_is_caught() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    let csv = cluster.dir.join("pages.csv");
+    let rows: String = (1..=500).map(|i| format!("p{i},T,B,published\n")).collect();
+    std::fs::write(&csv, rows).unwrap();
+    cluster.client_program(
+        "psql",
+        &[
+            "-d",
+            "site",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            &format!(
+                "\\copy pages (slug, title, body, status) FROM '{}' CSV",
+                csv.display()
+            ),
+        ],
+    );
+    let n: i64 = db
+        .query_one(
+            "SELECT count(*) FROM indexnow_urls WHERE reason = 'created'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 500);
+}
+
+#[test]
+fn a_rolled_back_update_queues_nothing() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    let mut other = cluster.connect("site");
+    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
+        .unwrap();
+    db.batch_execute("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason")
+        .unwrap();
+    let mut tx = db.transaction().unwrap();
+    tx.batch_execute("UPDATE pages SET slug = 'b', body = 'x'")
+        .unwrap();
+    // Uncommitted: no other session (the worker among them) sees the requests.
+    assert!(queued(&mut other).is_empty());
+    tx.rollback().unwrap();
+    assert!(queued(&mut db).is_empty());
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM indexnow_urls", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+}
+
+#[test]
+fn a_url_that_cannot_be_built_warns_and_the_statement_succeeds() {
+    let cluster = Cluster::start(Options::default());
+    let _db = site(&cluster);
+    let out = cluster.client_program(
+        "psql",
+        &[
+            "-d",
+            "site",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published'), \
+             ('http://x', 'draft')",
+        ],
+    );
+    assert!(out.contains("INSERT 0 3"), "{out}");
+    assert!(
+        out.contains(
+            "WARNING:  indexnow: skipped row (id)=(1) of public.pages: its URL could not be built"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_failing_watch_warns_and_the_write_succeeds() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE items (id int PRIMARY KEY, n int);
+         SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$);",
+    )
+    .unwrap();
+    let out = cluster.client_program(
+        "psql",
+        &[
+            "-d",
+            "site",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "INSERT INTO items VALUES (1, 0)",
+        ],
+    );
+    assert!(out.contains("INSERT 0 1"), "{out}");
+    assert!(
+        out.contains("WARNING:  indexnow: INSERT on public.items was not captured"),
+        "{out}"
+    );
+    assert!(out.contains("division by zero"), "{out}");
+}
+
+#[test]
+fn drop_extension_refuses_while_a_table_is_watched() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    let err = db.batch_execute("DROP EXTENSION indexnow").unwrap_err();
+    let msg = err
+        .as_db_error()
+        .map(|e| format!("{} {:?}", e.message(), e.detail()))
+        .unwrap();
+    assert!(
+        msg.contains("cannot drop extension indexnow because other objects depend on it"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("trigger indexnow_capture_insert on table pages"),
+        "{msg}"
+    );
+    // CASCADE takes the triggers with it: the table stays writable.
+    db.batch_execute("DROP EXTENSION indexnow CASCADE").unwrap();
+    db.batch_execute("UPDATE pages SET body = 'after'; INSERT INTO pages (slug) VALUES ('z')")
+        .unwrap();
+    let triggers: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(triggers, 0);
+}
+
+#[test]
+fn unwatch_then_drop_extension_leaves_a_clean_table() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    db.batch_execute("SELECT indexnow_unwatch('pages'); DROP EXTENSION indexnow;")
+        .unwrap();
+    db.batch_execute("INSERT INTO pages (slug) VALUES ('z')")
+        .unwrap();
+}
+
+#[test]
+fn pg_dump_and_restore_keep_the_watch_working() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
+        .unwrap();
+    let dump = cluster.dir.join("site.sql");
+    cluster.client_program("pg_dump", &["-d", "site", "-f", dump.to_str().unwrap()]);
+    cluster
+        .connect("postgres")
+        .batch_execute("CREATE DATABASE restored")
+        .unwrap();
+    cluster.client_program(
+        "psql",
+        &[
+            "-d",
+            "restored",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-f",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let mut restored = cluster.connect("restored");
+    restored
+        .batch_execute("UPDATE pages SET slug = 'b'")
+        .unwrap();
+    assert_eq!(
+        queued(&mut restored),
+        vec![
+            "https://www.example.com/th/a moved",
+            "https://www.example.com/th/b changed"
+        ]
+    );
+}
