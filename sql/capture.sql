@@ -9,10 +9,17 @@
 -- The search_path is the watch's (its visible and url_sql expressions were written for it); the
 -- function's SET clause restores the caller's when it returns.
 --
+-- jit is off: a capture statement is a short pipeline whose plan cost (transition tables have no
+-- statistics) can look large enough to trigger JIT, which then costs more than the statement
+-- (measured: 735 ms of compilation for an 834 ms statement over 20,000 rows). work_mem is
+-- raised for the statement's pairing of old and new rows, which otherwise spills to disk in
+-- many batches on a bulk UPDATE (measured: 1.05 s -> 0.79 s for 200,000 rows).
+--
 -- The content write never fails because of indexnow: a statement that fails (a url_sql that
 -- raises, a watch left stale by ALTER TABLE) is rolled back on its own and reported as a WARNING.
 CREATE FUNCTION indexnow_capture() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+    SET jit = off SET work_mem = '64MB'
 AS $$
 DECLARE
     w record;

@@ -27,3 +27,6 @@ ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, p
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
 -- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
 -- expressions with the caller's search_path (and names its own objects with their schema).
+
+-- Planner hints: one URL in, at most one row out.
+ALTER FUNCTION indexnow_capture_target(text, text, text) ROWS 1;
