@@ -174,7 +174,9 @@ impl WatchPlan {
     }
 
     /// Turns pairs `p` (k0.., old_url, old_state, new_url, new_state, new_pub_at, new_fp) into the
-    /// queue writes: upserts for `queue` events, settlements for `cancel` events.
+    /// queue writes: upserts for `queue` events, settlements for `cancel` events. The events of the
+    /// new URL and of the old URL are two branches of a UNION ALL over `p` (a per-row
+    /// `LATERAL (VALUES ...)` measured 2.5 times slower).
     fn apply_pairs(&self, pairs_cte: &str) -> String {
         let ext = &self.ext;
         let hidden = quote_literal(self.hidden_reason.as_str());
@@ -182,22 +184,20 @@ impl WatchPlan {
         format!(
             "WITH {pairs_cte}, \
              e AS ( \
-               SELECT ev.url, ev.reason, ev.available_at, ev.fp, ev.action, ev.prio, \
-                      {key_text} AS key_text \
-                 FROM p CROSS JOIN LATERAL (VALUES \
-                   (p.new_url, CASE WHEN p.old_state = 'live' THEN 'changed' ELSE 'created' END, \
-                    CASE WHEN p.new_state = 'scheduled' THEN p.new_pub_at ELSE now() END, \
-                    p.new_fp, \
-                    CASE WHEN p.new_state IN ('live', 'scheduled') THEN 'queue' END, 1), \
-                   (p.old_url, CASE WHEN p.new_state = 'absent' THEN 'deleted' \
-                                    WHEN p.new_state <> 'hidden' THEN 'moved' ELSE {hidden} END, \
-                    now(), NULL::text, \
-                    CASE WHEN p.new_state IN ('absent', 'hidden') \
-                              OR p.new_url IS DISTINCT FROM p.old_url \
-                         THEN CASE p.old_state WHEN 'live' THEN 'queue' \
-                                               WHEN 'scheduled' THEN 'cancel' END END, 2) \
-                 ) ev(url, reason, available_at, fp, action, prio) \
-                WHERE ev.action IS NOT NULL), \
+               SELECT p.new_url AS url, \
+                      CASE WHEN p.old_state = 'live' THEN 'changed' ELSE 'created' END AS reason, \
+                      CASE WHEN p.new_state = 'scheduled' THEN p.new_pub_at ELSE now() END \
+                        AS available_at, \
+                      p.new_fp AS fp, 'queue' AS action, 1 AS prio, {key_text} AS key_text \
+                 FROM p WHERE p.new_state IN ('live', 'scheduled') \
+               UNION ALL \
+               SELECT p.old_url, \
+                      CASE WHEN p.new_state = 'absent' THEN 'deleted' \
+                           WHEN p.new_state <> 'hidden' THEN 'moved' ELSE {hidden} END, \
+                      now(), NULL::text, \
+                      CASE p.old_state WHEN 'live' THEN 'queue' ELSE 'cancel' END, 2, {key_text} \
+                 FROM p WHERE p.old_state IN ('live', 'scheduled') \
+                  AND (p.new_state IN ('absent', 'hidden') OR p.new_url IS DISTINCT FROM p.old_url)), \
              t AS ( \
                SELECT DISTINCT ON (x.url_hash) x.url, x.url_hash, x.host, e.reason, \
                       e.available_at, e.fp, e.action \
