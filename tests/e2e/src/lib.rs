@@ -160,6 +160,27 @@ impl Cluster {
         c
     }
 
+    /// `psql -d db -c sql` with ON_ERROR_STOP; returns what psql printed (stdout and stderr:
+    /// WARNINGs included).
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        self.client_program("psql", &["-d", db, "-v", "ON_ERROR_STOP=1", "-c", sql])
+    }
+
+    /// `pg_dump` of `from`, restored with `psql` into a new database `to`.
+    pub fn dump_and_restore(&self, from: &str, to: &str) -> Client {
+        let dump = self.dir.join(format!("{from}.sql"));
+        let dump = dump.to_str().unwrap();
+        self.client_program("pg_dump", &["-d", from, "-f", dump]);
+        self.connect("postgres")
+            .batch_execute(&format!("CREATE DATABASE {to}"))
+            .unwrap();
+        self.client_program(
+            "psql",
+            &["-d", to, "-v", "ON_ERROR_STOP=1", "-q", "-f", dump],
+        );
+        self.connect(to)
+    }
+
     /// Runs a PostgreSQL client program (psql, pg_dump, pgbench) against this cluster.
     pub fn client_program(&self, program: &str, args: &[&str]) -> String {
         run(
@@ -192,4 +213,9 @@ impl Drop for Cluster {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The one bigint a query returns.
+pub fn count(db: &mut Client, sql: &str) -> i64 {
+    db.query_one(sql, &[]).unwrap().get(0)
 }

@@ -1,6 +1,6 @@
 //! Capture on a real cluster: what needs commits, real client programs, or DROP EXTENSION.
 
-use indexnow_e2e::{Cluster, Options};
+use indexnow_e2e::{count, Cluster, Options};
 use postgres::Client;
 
 fn site(cluster: &Cluster) -> Client {
@@ -33,27 +33,17 @@ fn copy_through_psql_is_caught() {
     let csv = cluster.dir.join("pages.csv");
     let rows: String = (1..=500).map(|i| format!("p{i},T,B,published\n")).collect();
     std::fs::write(&csv, rows).unwrap();
-    cluster.client_program(
-        "psql",
-        &[
-            "-d",
-            "site",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            &format!(
-                "\\copy pages (slug, title, body, status) FROM '{}' CSV",
-                csv.display()
-            ),
-        ],
+    cluster.psql(
+        "site",
+        &format!(
+            "\\copy pages (slug, title, body, status) FROM '{}' CSV",
+            csv.display()
+        ),
     );
-    let n: i64 = db
-        .query_one(
-            "SELECT count(*) FROM indexnow_urls WHERE reason = 'created'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let n = count(
+        &mut db,
+        "SELECT count(*) FROM indexnow_urls WHERE reason = 'created'",
+    );
     assert_eq!(n, 500);
 }
 
@@ -73,10 +63,7 @@ fn a_rolled_back_update_queues_nothing() {
     assert!(queued(&mut other).is_empty());
     tx.rollback().unwrap();
     assert!(queued(&mut db).is_empty());
-    let rows: i64 = db
-        .query_one("SELECT count(*) FROM indexnow_urls", &[])
-        .unwrap()
-        .get(0);
+    let rows = count(&mut db, "SELECT count(*) FROM indexnow_urls");
     assert_eq!(rows, 1);
 }
 
@@ -84,17 +71,10 @@ fn a_rolled_back_update_queues_nothing() {
 fn a_url_that_cannot_be_built_warns_and_the_statement_succeeds() {
     let cluster = Cluster::start(Options::default());
     let _db = site(&cluster);
-    let out = cluster.client_program(
-        "psql",
-        &[
-            "-d",
-            "site",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            "INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published'), \
+    let out = cluster.psql(
+        "site",
+        "INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published'), \
              ('http://x', 'draft')",
-        ],
     );
     assert!(out.contains("INSERT 0 3"), "{out}");
     assert!(
@@ -114,17 +94,7 @@ fn a_failing_watch_warns_and_the_write_succeeds() {
          SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$);",
     )
     .unwrap();
-    let out = cluster.client_program(
-        "psql",
-        &[
-            "-d",
-            "site",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            "INSERT INTO items VALUES (1, 0)",
-        ],
-    );
+    let out = cluster.psql("site", "INSERT INTO items VALUES (1, 0)");
     assert!(out.contains("INSERT 0 1"), "{out}");
     assert!(
         out.contains("WARNING:  indexnow: INSERT on public.items was not captured"),
@@ -154,13 +124,10 @@ fn drop_extension_refuses_while_a_table_is_watched() {
     db.batch_execute("DROP EXTENSION indexnow CASCADE").unwrap();
     db.batch_execute("UPDATE pages SET body = 'after'; INSERT INTO pages (slug) VALUES ('z')")
         .unwrap();
-    let triggers: i64 = db
-        .query_one(
-            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let triggers = count(
+        &mut db,
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass",
+    );
     assert_eq!(triggers, 0);
 }
 
@@ -180,25 +147,7 @@ fn pg_dump_and_restore_keep_the_watch_working() {
     let mut db = site(&cluster);
     db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
         .unwrap();
-    let dump = cluster.dir.join("site.sql");
-    cluster.client_program("pg_dump", &["-d", "site", "-f", dump.to_str().unwrap()]);
-    cluster
-        .connect("postgres")
-        .batch_execute("CREATE DATABASE restored")
-        .unwrap();
-    cluster.client_program(
-        "psql",
-        &[
-            "-d",
-            "restored",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-q",
-            "-f",
-            dump.to_str().unwrap(),
-        ],
-    );
-    let mut restored = cluster.connect("restored");
+    let mut restored = cluster.dump_and_restore("site", "restored");
     restored
         .batch_execute("UPDATE pages SET slug = 'b'")
         .unwrap();

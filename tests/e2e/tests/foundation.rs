@@ -1,6 +1,6 @@
 //! The foundation on a real cluster: what needs separate transactions, sessions or client programs.
 
-use indexnow_e2e::{Cluster, Options};
+use indexnow_e2e::{count, Cluster, Options};
 
 const URL: &str = "https://www.example.com/th/news";
 
@@ -11,19 +11,13 @@ fn a_rolled_back_transaction_queues_nothing_a_committed_one_does() {
     let mut tx = db.transaction().unwrap();
     tx.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
     tx.rollback().unwrap();
-    let n: i64 = db
-        .query_one("SELECT count(*) FROM indexnow_urls", &[])
-        .unwrap()
-        .get(0);
+    let n = count(&mut db, "SELECT count(*) FROM indexnow_urls");
     assert_eq!(n, 0);
 
     let mut tx = db.transaction().unwrap();
     tx.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
     tx.commit().unwrap();
-    let n: i64 = db
-        .query_one("SELECT count(*) FROM indexnow_urls", &[])
-        .unwrap()
-        .get(0);
+    let n = count(&mut db, "SELECT count(*) FROM indexnow_urls");
     assert_eq!(n, 1);
 }
 
@@ -113,25 +107,7 @@ fn pg_dump_keeps_keys_and_queue() {
          SELECT indexnow_queue('https://www.example.com/b', 'deleted');",
     )
     .unwrap();
-    let dump = cluster.dir.join("site.sql");
-    cluster.client_program("pg_dump", &["-d", "site", "-f", dump.to_str().unwrap()]);
-    cluster
-        .connect("postgres")
-        .batch_execute("CREATE DATABASE restored")
-        .unwrap();
-    cluster.client_program(
-        "psql",
-        &[
-            "-d",
-            "restored",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-q",
-            "-f",
-            dump.to_str().unwrap(),
-        ],
-    );
-    let mut restored = cluster.connect("restored");
+    let mut restored = cluster.dump_and_restore("site", "restored");
     let row = restored
         .query_one(
             "SELECT (SELECT string_agg(url || ' ' || reason, ', ' ORDER BY url) FROM indexnow_urls), \
