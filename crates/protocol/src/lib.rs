@@ -6,11 +6,17 @@
 //!
 //! - [`submittable`]: which URLs may be submitted at all, and their normal form.
 //! - [`key`]: the key format and where a key file may live.
+//! - [`request`]: the body of a submission.
+//! - [`response`]: what an answer means: accepted, back off (all or one host), or refused.
 
 pub mod key;
+pub mod request;
+pub mod response;
 pub mod submittable;
 
 pub use key::{check_key, check_key_location, KeyProblem};
+pub use request::SubmitRequest;
+pub use response::{classify, Answer, Backoffs, Outcome};
 pub use submittable::{normalise_host, submittable_url, SubmittableUrl, UrlProblem};
 
 /// The protocol's limit on URLs in one request.

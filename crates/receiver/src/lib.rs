@@ -1,0 +1,440 @@
+//! A local IndexNow endpoint for tests and the demo.
+//!
+//! `POST /indexnow` is checked as the real API checks it, in this order, and refused with the
+//! real API's status when it fails:
+//! - the body is JSON with exactly the fields `host`, `key`, `keyLocation` (optional), `urlList` — 400;
+//! - `urlList` is not empty — 400; it has at most 10,000 URLs — 422;
+//! - the key is 8 to 128 characters of `a-z A-Z 0-9 -` — 422;
+//! - `keyLocation`, when given, is on `host` — 422;
+//! - every URL is a submittable URL on `host` — 422.
+//!
+//! A request that passes is answered as scripted: the next answer queued with `POST /__script`
+//! (a JSON array), else the default answer (`PUT /__default`, initially 200). An answer is
+//! `{"status": 429, "retry_after": "120", "body": "..."}` or `{"hang_ms": 5000}` (answer 200 after
+//! that long). `GET /__received` lists every request (valid or not) with the answer it got;
+//! `POST /__reset` forgets requests, script and default.
+
+use indexnow_protocol::{
+    check_key, check_key_location, submittable_url, SubmitRequest, MAX_URLS_PER_REQUEST,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tiny_http::{Header, Method, Request, Response, Server};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Reply {
+    Status {
+        status: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after: Option<String>,
+        #[serde(default)]
+        body: String,
+    },
+    Hang {
+        hang_ms: u64,
+    },
+}
+
+impl Default for Reply {
+    fn default() -> Self {
+        Reply::Status {
+            status: 200,
+            retry_after: None,
+            body: String::new(),
+        }
+    }
+}
+
+/// One request as it arrived, and how it was answered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Received {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<SubmitRequest>,
+    /// Why the request was refused, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    pub status: u16,
+}
+
+#[derive(Default)]
+struct State {
+    script: VecDeque<Reply>,
+    default: Reply,
+    received: Vec<Received>,
+}
+
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    server: Arc<Server>,
+}
+
+/// The real API's checks; `Err((status, problem))` when the request is refused.
+pub fn check(content_type: Option<&str>, body: &str) -> Result<SubmitRequest, (u16, String)> {
+    if !content_type.is_some_and(|c| c.to_ascii_lowercase().starts_with("application/json")) {
+        return Err((
+            400,
+            format!("Content-Type must be application/json, not {content_type:?}"),
+        ));
+    }
+    let r: SubmitRequest =
+        serde_json::from_str(body).map_err(|e| (400, format!("Invalid format: {e}")))?;
+    if r.url_list.is_empty() {
+        return Err((400, "urlList is empty".into()));
+    }
+    if r.url_list.len() > MAX_URLS_PER_REQUEST {
+        return Err((
+            422,
+            format!(
+                "urlList has {} URLs: at most {MAX_URLS_PER_REQUEST}",
+                r.url_list.len()
+            ),
+        ));
+    }
+    check_key(&r.key).map_err(|e| (422, e.to_string()))?;
+    if let Some(loc) = &r.key_location {
+        check_key_location(&r.host, loc).map_err(|e| (422, e.to_string()))?;
+    }
+    for url in &r.url_list {
+        match submittable_url(url) {
+            Ok(u) if u.host == r.host => {}
+            Ok(u) => return Err((422, format!("{url} is on host {}, not {}", u.host, r.host))),
+            Err(e) => return Err((422, format!("{url}: {e}"))),
+        }
+    }
+    Ok(r)
+}
+
+impl Receiver {
+    /// Listens on `addr` (port 0: any free port) and serves on background threads.
+    pub fn start(addr: &str) -> std::io::Result<Receiver> {
+        let server = Server::http(addr).map_err(std::io::Error::other)?;
+        let addr = server.server_addr().to_ip().expect("an IP listener");
+        let receiver = Receiver {
+            addr,
+            state: Arc::default(),
+            server: Arc::new(server),
+        };
+        let (server, state) = (receiver.server.clone(), receiver.state.clone());
+        std::thread::spawn(move || {
+            for request in server.incoming_requests() {
+                let state = state.clone();
+                // A thread per request: a hanging answer must not hold up the others.
+                std::thread::spawn(move || handle(request, &state));
+            }
+        });
+        Ok(receiver)
+    }
+
+    /// The submission URL, for `indexnow.endpoint`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}/indexnow", self.addr)
+    }
+
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.lock().unwrap().script.extend(replies);
+    }
+
+    pub fn set_default(&self, reply: Reply) {
+        self.state.lock().unwrap().default = reply;
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().received.clone()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.unblock();
+    }
+}
+
+fn header<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+fn text(status: u16, body: impl Into<String>) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_string(body.into()).with_status_code(status)
+}
+
+fn handle(mut request: Request, state: &Mutex<State>) {
+    let mut body = String::new();
+    if request.as_reader().read_to_string(&mut body).is_err() {
+        let _ = request.respond(text(400, "unreadable body"));
+        return;
+    }
+    let method = request.method().clone();
+    let path = request.url().split('?').next().unwrap_or("").to_string();
+    let response = match (method, path.as_str()) {
+        (Method::Post, "/indexnow") => return submission(request, &body, state),
+        (Method::Post, "/__script") => match serde_json::from_str::<Vec<Reply>>(&body) {
+            Ok(replies) => {
+                state.lock().unwrap().script.extend(replies);
+                text(200, "scripted")
+            }
+            Err(e) => text(400, e.to_string()),
+        },
+        (Method::Put, "/__default") => match serde_json::from_str::<Reply>(&body) {
+            Ok(reply) => {
+                state.lock().unwrap().default = reply;
+                text(200, "default set")
+            }
+            Err(e) => text(400, e.to_string()),
+        },
+        (Method::Get, "/__received") => {
+            let received = state.lock().unwrap().received.clone();
+            text(200, serde_json::to_string(&received).unwrap())
+        }
+        (Method::Post, "/__reset") => {
+            *state.lock().unwrap() = State::default();
+            text(200, "reset")
+        }
+        (_, "/indexnow") => text(405, "use POST"),
+        _ => text(404, "not found"),
+    };
+    let _ = request.respond(response);
+}
+
+fn submission(request: Request, body: &str, state: &Mutex<State>) {
+    let checked = check(header(&request, "Content-Type"), body);
+    let (reply, record) = {
+        let mut s = state.lock().unwrap();
+        let reply = match &checked {
+            Ok(_) => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
+            Err((status, problem)) => Reply::Status {
+                status: *status,
+                retry_after: None,
+                body: problem.clone(),
+            },
+        };
+        let status = match &reply {
+            Reply::Status { status, .. } => *status,
+            Reply::Hang { .. } => 200,
+        };
+        let (req, problem) = match checked {
+            Ok(r) => (Some(r), None),
+            Err((_, p)) => (None, Some(p)),
+        };
+        (
+            reply,
+            Received {
+                request: req,
+                problem,
+                status,
+            },
+        )
+    };
+    let response = match reply {
+        Reply::Hang { hang_ms } => {
+            std::thread::sleep(Duration::from_millis(hang_ms));
+            text(200, "")
+        }
+        Reply::Status {
+            status,
+            retry_after,
+            body,
+        } => {
+            let mut r = text(status, body);
+            if let Some(v) = retry_after {
+                r = r.with_header(Header::from_bytes("Retry-After", v).unwrap());
+            }
+            r
+        }
+    };
+    // Recorded once answered: a test that reads `received` sees what the sender was told.
+    let _ = request.respond(response);
+    state.lock().unwrap().received.push(record);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c";
+
+    fn body(host: &str, urls: &[String]) -> String {
+        SubmitRequest {
+            host: host.into(),
+            key: KEY.into(),
+            key_location: None,
+            url_list: urls.to_vec(),
+        }
+        .to_json()
+    }
+
+    fn urls(host: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("https://{host}/p/{i}")).collect()
+    }
+
+    #[test]
+    fn checks_as_the_real_api() {
+        let ct = Some("application/json; charset=utf-8");
+        assert!(check(
+            ct,
+            &body("www.example.com", &urls("www.example.com", 10_000))
+        )
+        .is_ok());
+        let cases: Vec<(Option<&str>, String, u16, &str)> = vec![
+            (Some("text/plain"), body("www.example.com", &urls("www.example.com", 1)), 400, "Content-Type"),
+            (ct, "{not json".into(), 400, "Invalid format"),
+            (ct, r#"{"host":"www.example.com","key":"abcdefgh","urls":["https://www.example.com/"]}"#.into(), 400, "Invalid format"),
+            (ct, body("www.example.com", &[]), 400, "empty"),
+            (ct, body("www.example.com", &urls("www.example.com", 10_001)), 422, "at most 10000"),
+            (ct, body("www.example.com", &urls("other.example.com", 1)), 422, "not www.example.com"),
+            (ct, r#"{"host":"www.example.com","key":"bad key!","urlList":["https://www.example.com/"]}"#.into(), 422, "the key contains"),
+            (ct, r#"{"host":"www.example.com","key":"abcdefgh","keyLocation":"https://cdn.example.com/k.txt","urlList":["https://www.example.com/"]}"#.into(), 422, "key_location"),
+        ];
+        for (ct, body, status, want) in cases {
+            let (got, problem) = check(ct, &body).unwrap_err();
+            assert_eq!(got, status, "{problem}");
+            assert!(problem.contains(want), "{problem}");
+        }
+    }
+
+    fn agent(timeout_ms: u64) -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_millis(timeout_ms)))
+            .build()
+            .into()
+    }
+
+    fn post(
+        agent: &ureq::Agent,
+        r: &Receiver,
+        body: &str,
+    ) -> Result<(u16, Option<String>), ureq::Error> {
+        let resp = agent
+            .post(&r.endpoint())
+            .header("Content-Type", "application/json; charset=utf-8")
+            .send(body)?;
+        let retry = resp
+            .headers()
+            .get("Retry-After")
+            .map(|v| v.to_str().unwrap().to_string());
+        Ok((resp.status().as_u16(), retry))
+    }
+
+    #[test]
+    fn answers_as_scripted_and_records_what_it_received() {
+        let r = Receiver::start("127.0.0.1:0").unwrap();
+        let a = agent(5_000);
+        let ok = body("www.example.com", &urls("www.example.com", 3));
+        r.script([
+            Reply::Status {
+                status: 429,
+                retry_after: Some("120".into()),
+                body: String::new(),
+            },
+            Reply::Status {
+                status: 403,
+                retry_after: None,
+                body: "SiteVerificationNotCompleted".into(),
+            },
+        ]);
+        assert_eq!(post(&a, &r, &ok).unwrap(), (429, Some("120".into())));
+        assert_eq!(post(&a, &r, &ok).unwrap(), (403, None));
+        assert_eq!(post(&a, &r, &ok).unwrap(), (200, None));
+        r.set_default(Reply::Status {
+            status: 202,
+            retry_after: None,
+            body: String::new(),
+        });
+        assert_eq!(post(&a, &r, &ok).unwrap(), (202, None));
+        // A refused request is answered with the API's status, whatever the script says.
+        r.script([Reply::Status {
+            status: 500,
+            retry_after: None,
+            body: String::new(),
+        }]);
+        assert_eq!(
+            post(
+                &a,
+                &r,
+                &body("www.example.com", &urls("evil.example.com", 1))
+            )
+            .unwrap()
+            .0,
+            422
+        );
+        assert_eq!(post(&a, &r, &ok).unwrap().0, 500);
+        let got = r.received();
+        assert_eq!(
+            got.iter().map(|g| g.status).collect::<Vec<_>>(),
+            [429, 403, 200, 202, 422, 500]
+        );
+        assert_eq!(got[0].request.as_ref().unwrap().url_list.len(), 3);
+        assert!(got[4]
+            .problem
+            .as_ref()
+            .unwrap()
+            .contains("not www.example.com"));
+    }
+
+    #[test]
+    fn a_hanging_answer_times_the_client_out_and_holds_up_no_one_else() {
+        let r = Receiver::start("127.0.0.1:0").unwrap();
+        r.script([Reply::Hang { hang_ms: 3_000 }]);
+        let ok = body("www.example.com", &urls("www.example.com", 1));
+        let hung = {
+            let endpoint = r.endpoint();
+            let ok = ok.clone();
+            std::thread::spawn(move || {
+                agent(500)
+                    .post(&endpoint)
+                    .header("Content-Type", "application/json")
+                    .send(&ok)
+                    .map(|r| r.status().as_u16())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        assert_eq!(post(&agent(5_000), &r, &ok).unwrap().0, 200);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(matches!(hung.join().unwrap(), Err(ureq::Error::Timeout(_))));
+    }
+
+    #[test]
+    fn control_endpoints_speak_json() {
+        let r = Receiver::start("127.0.0.1:0").unwrap();
+        let a = agent(5_000);
+        let base = format!("http://{}", r.addr);
+        let s = a
+            .post(&format!("{base}/__script"))
+            .send(r#"[{"status": 422, "body": "no"}, {"hang_ms": 10}]"#)
+            .unwrap();
+        assert_eq!(s.status().as_u16(), 200);
+        let s = a
+            .put(&format!("{base}/__default"))
+            .send(r#"{"status": 202}"#)
+            .unwrap();
+        assert_eq!(s.status().as_u16(), 200);
+        let ok = body("www.example.com", &urls("www.example.com", 1));
+        assert_eq!(post(&a, &r, &ok).unwrap().0, 422);
+        assert_eq!(post(&a, &r, &ok).unwrap().0, 200);
+        assert_eq!(post(&a, &r, &ok).unwrap().0, 202);
+        let mut listed = a.get(&format!("{base}/__received")).call().unwrap();
+        let listed: Vec<Received> =
+            serde_json::from_str(&listed.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(listed.len(), 3);
+        a.post(&format!("{base}/__reset")).send("").unwrap();
+        assert!(r.received().is_empty());
+        assert_eq!(
+            a.get(&format!("{base}/indexnow"))
+                .call()
+                .unwrap()
+                .status()
+                .as_u16(),
+            405
+        );
+    }
+}
