@@ -8,7 +8,9 @@
 //! - [`key`]: the key format and where a key file may live.
 //! - [`request`]: the body of a submission.
 //! - [`response`]: what an answer means: accepted, back off (all or one host), or refused.
+//! - [`client`]: one POST to the endpoint, its result as an [`Answer`] value (never an error).
 
+pub mod client;
 pub mod key;
 pub mod request;
 pub mod response;
