@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The demo: a throwaway cluster with indexnow preloaded, a site's key, a few queued URLs (the same
-# page saved three times, a bad URL refused, a removal), and what indexnow_status() says.
-# The full demo (a bilingual site, capture triggers, a local IndexNow receiver) grows with the
-# capture and sending issues.
+# The demo: a throwaway cluster with indexnow preloaded, a small bilingual site (Thai and English
+# URLs of one pages table), and what the database queues as the site is edited: saves, an
+# admin-only change, a bulk UPDATE, a slug change, a translation, an unpublish, a delete, a
+# scheduled post, a bad URL. Ends with indexnow_status().
+# Sending (the worker, a local IndexNow receiver) joins the demo with the sending issue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "[demo] building and installing the extension"
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null
+cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1
 
 source scripts/cluster.sh
 dir=/tmp/indexnow-demo
@@ -21,19 +22,58 @@ psql -e <<'SQL'
 CREATE EXTENSION indexnow;
 SELECT indexnow_add_host('www.example.com', '5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c');
 
--- The same page saved three times: one row, the debounce restarted each time.
-SELECT indexnow_queue('https://www.example.com/th/news');
-SELECT indexnow_queue('https://WWW.Example.com/th/news#top');
-SELECT indexnow_queue('https://www.example.com/th/news', 'changed');
--- A page that was removed, and one on a host with no key yet (held, shown in status).
-SELECT indexnow_queue('https://www.example.com/en/old-offer', 'deleted');
-SELECT indexnow_queue('https://shop.example.com/item/7', 'created');
+-- A bilingual site: Thai columns and English columns in one table.
+CREATE TABLE pages (
+  id serial PRIMARY KEY, slug text, category text,
+  title text, body text, title_en text, body_en text,
+  status text NOT NULL DEFAULT 'draft', noindex boolean NOT NULL DEFAULT false,
+  sort_order int, is_featured boolean, keywords text,
+  created_at timestamptz DEFAULT now(), updated_at timestamptz DEFAULT now(), published_at timestamptz);
+INSERT INTO pages (slug, category, title, body, title_en, body_en, status) VALUES
+  ('welcome', 'info', 'ยินดีต้อนรับ', '...', 'Welcome', '...', 'published'),
+  ('news-1',  'news', 'ข่าว 1', '...', 'News 1', '...', 'published'),
+  ('news-2',  'news', 'ข่าว 2', '...', NULL, NULL, 'published'),
+  ('plans',   'info', 'แผน', '...', NULL, NULL, 'draft');
+
+-- One watch per language. The pages already live are taken as known: watching announces nothing.
+SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}',
+  visible => $$status = 'published' AND NOT noindex$$,
+  ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title_en,body_en}',
+  publish_at => 'published_at');
+SELECT indexnow_watch('pages', url => 'https://www.example.com/en/{slug}',
+  visible => $$status = 'published' AND NOT noindex AND title_en IS NOT NULL$$,
+  ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title,body}',
+  hidden_reason => 'untranslated', publish_at => 'published_at');
+SELECT url, reason, request_seq > settled_seq AS pending FROM indexnow_urls ORDER BY url;
+
+-- Ten saves of one page (ten statements): one row.
+SELECT $$UPDATE pages SET body = body || '.' WHERE slug = 'welcome'$$ FROM generate_series(1, 10) \gexec
+-- Admin-only columns: nothing is queued.
+UPDATE pages SET sort_order = 1, is_featured = true, keywords = 'k' WHERE slug = 'news-1';
+-- Bulk SQL is caught too: one set-based step for the whole statement.
+UPDATE pages SET body = body || ' (updated)' WHERE category = 'news';
+-- A slug change: the old URL is moved, the new one changed (both languages).
+UPDATE pages SET slug = 'welcome-home' WHERE slug = 'welcome';
+-- English translation added: only the English URL.
+UPDATE pages SET title_en = 'News 2', body_en = '...' WHERE slug = 'news-2';
+-- The draft stays a draft: never public, never queued.
+UPDATE pages SET body = 'still a draft' WHERE slug = 'plans';
+-- Unpublished, then deleted.
+UPDATE pages SET status = 'draft' WHERE slug = 'news-1';
+DELETE FROM pages WHERE slug = 'news-1';
+-- A scheduled post: queued now, not sent before its time.
+INSERT INTO pages (slug, title, body, status, published_at)
+  VALUES ('launch', 'เปิดตัว', '...', 'published', now() + interval '1 day');
+-- A row whose URL cannot be built is skipped with a WARNING; the statement succeeds.
+INSERT INTO pages (slug, title, body, status) VALUES (NULL, 'no slug', '...', 'published');
 \set ON_ERROR_STOP 0
--- A URL search engines could never fetch is refused with the rule it broke.
+-- A direct call with a URL search engines could never fetch is an ERROR naming the rule.
 SELECT indexnow_queue('http://10.0.0.5/admin');
 \set ON_ERROR_STOP 1
 
-SELECT url, host, reason, request_seq, changed_at::time(0), available_at::time(0) FROM indexnow_urls ORDER BY url;
-SET indexnow.debounce = 0;   -- as if two minutes had passed
-SELECT host, has_key, pending, due_now, failed, backoff_until, worker FROM indexnow_status();
+SELECT url, reason, request_seq - settled_seq AS requests,
+       CASE WHEN available_at > now() THEN 'at ' || available_at::timestamp(0) ELSE 'now' END AS sendable
+  FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url;
+SET indexnow.debounce = 0;   -- as if two quiet minutes had passed
+SELECT host, has_key, pending, due_now, next_due_at::timestamp(0), worker FROM indexnow_status();
 SQL
