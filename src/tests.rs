@@ -93,6 +93,13 @@ fn refresh_is_not_a_content_change() {
     Spi::run(&format!("SELECT indexnow_queue('{u}', 'refresh')")).unwrap();
     // A pending removal is not turned into a re-announcement, and the content did not change.
     assert_eq!(text("SELECT reason FROM indexnow_urls").as_deref(), Some("deleted"));
+    // Nor is a scheduled request made sendable early.
+    Spi::run("UPDATE indexnow_urls SET available_at = now() + interval '1 day'").unwrap();
+    Spi::run(&format!("SELECT indexnow_queue('{u}', 'refresh')")).unwrap();
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE available_at = now() + interval '1 day'"),
+        1
+    );
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE changed_at < now()"), 1);
     // Once settled (pushed), a refresh is a request of its own.
     Spi::run("UPDATE indexnow_urls SET settled_seq = request_seq").unwrap();

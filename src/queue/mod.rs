@@ -4,7 +4,8 @@
 //!   `INSERT ... ON CONFLICT` (no "is it queued?" read first), so ten saves make one row.
 //! - Every content change moves `changed_at`, restarting the debounce. A `refresh` (re-announce
 //!   unchanged content) is not a content change: it leaves `changed_at` alone, so the due rule
-//!   applies `repeat_after` to it, and it never overrides a reason still pending.
+//!   applies `repeat_after` to it, and it never overrides a request still pending (neither its
+//!   reason nor its `available_at`: a refresh does not make a scheduled page sendable early).
 //! - The last event wins: the reason is the latest request's, so an `unpublished` followed by a
 //!   `changed` before the send leaves one live page, and the reverse one removal.
 //! - `request_seq` counts requests; see `due.rs` for what makes a row due and `sql/schema.sql` for
@@ -31,7 +32,8 @@ pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at \
                          ELSE excluded.changed_at END, \
        queued_at = excluded.queued_at, \
-       available_at = excluded.available_at, \
+       available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
+                           THEN u.available_at ELSE excluded.available_at END, \
        request_seq = u.request_seq + 1, \
        watch_id = coalesce(excluded.watch_id, u.watch_id), \
        fingerprint = coalesce(excluded.fingerprint, u.fingerprint)";
