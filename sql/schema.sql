@@ -50,9 +50,9 @@ CREATE INDEX indexnow_urls_pending ON indexnow_urls (changed_at) WHERE request_s
 CREATE TABLE indexnow_watches (
     id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tbl           regclass NOT NULL,
-    pattern       text NOT NULL,                    -- the url template, or url_sql
     url           text,
     url_sql       text,
+    pattern       text GENERATED ALWAYS AS (coalesce(url, url_sql)) STORED,  -- names the watch
     visible       text,
     ignore        text[] NOT NULL,
     publish_at    text,
@@ -64,6 +64,7 @@ CREATE TABLE indexnow_watches (
     on_truncate   text NOT NULL,
     reconcile     text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
+    CHECK ((url IS NULL) <> (url_sql IS NULL)),
     UNIQUE (tbl, pattern)
 );
 

@@ -267,14 +267,13 @@ fn indexnow_watch(
         "storing the watch",
         Spi::get_one_with_args(
             &format!(
-                "INSERT INTO {ext}.indexnow_watches (tbl, pattern, url, url_sql, visible, ignore, \
+                "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
                    publish_at, hidden_reason, search_path, on_insert, on_update, on_delete, \
                    on_truncate, reconcile) \
-                 VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '', '', '') RETURNING id"
+                 VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, '', '', '', '', '') RETURNING id"
             ),
             &[
                 table.qualified.as_str().into(),
-                pattern.as_str().into(),
                 url.into(),
                 url_sql.into(),
                 visible.into(),
