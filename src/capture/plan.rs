@@ -70,6 +70,15 @@ pub fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
+/// Search engines were last told the queue row `alias` is live (or, for a watch's baseline, are
+/// taken to know it): a cancelled request for it must become a removal, not vanish.
+fn known_live(alias: &str) -> String {
+    format!(
+        "coalesce({alias}.settled_reason NOT IN ({}), false)",
+        removal_list()
+    )
+}
+
 fn removal_list() -> String {
     Reason::ALL
         .iter()
@@ -173,6 +182,21 @@ impl WatchPlan {
         format!("'({names})=' || ROW({keys})::text")
     }
 
+    /// The queue upsert every capture statement ends in: `source` yields url, url_hash, host,
+    /// reason, available_at and fp; the conflict rule is the one all writers share.
+    fn upsert(&self, source: &str) -> String {
+        format!(
+            "INSERT INTO {ext}.indexnow_urls AS u \
+               (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
+                fingerprint) \
+             SELECT url, url_hash, host, reason, now(), now(), available_at, {id}, fp \
+               FROM {source} \
+             {ON_CONFLICT_SQL}",
+            ext = self.ext,
+            id = self.watch_id,
+        )
+    }
+
     /// Turns pairs `p` (k0.., old_url, old_state, new_url, new_state, new_pub_at, new_fp) into the
     /// queue writes: upserts for `queue` events, settlements for `cancel` events. The events of the
     /// new URL and of the old URL are two branches of a UNION ALL over `p` (a per-row
@@ -180,7 +204,6 @@ impl WatchPlan {
     fn apply_pairs(&self, pairs_cte: &str) -> String {
         let ext = &self.ext;
         let hidden = quote_literal(self.hidden_reason.as_str());
-        let removals = removal_list();
         format!(
             "WITH {pairs_cte}, \
              e AS ( \
@@ -204,13 +227,7 @@ impl WatchPlan {
                  FROM e CROSS JOIN LATERAL \
                       {ext}.indexnow_capture_target(e.url, {label}, e.key_text) x \
                 ORDER BY x.url_hash, e.prio, e.action DESC), \
-             queued AS ( \
-               INSERT INTO {ext}.indexnow_urls AS u \
-                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
-                  fingerprint) \
-               SELECT url, url_hash, host, reason, now(), now(), available_at, {id}, fp \
-                 FROM t WHERE action = 'queue' \
-               {ON_CONFLICT_SQL}) \
+             queued AS ({upsert}) \
              UPDATE {ext}.indexnow_urls u SET \
                     settled_seq = CASE WHEN {known_live} THEN u.settled_seq ELSE u.request_seq END, \
                     reason = CASE WHEN {known_live} THEN t.reason ELSE u.reason END, \
@@ -221,10 +238,8 @@ impl WatchPlan {
                 AND u.request_seq > u.settled_seq AND u.available_at > now()",
             key_text = self.key_text("p"),
             label = quote_literal(&self.table_label),
-            id = self.watch_id,
-            known_live = format!(
-                "(u.settled_reason IS NOT NULL AND u.settled_reason NOT IN ({removals}))"
-            ),
+            upsert = self.upsert("t WHERE action = 'queue'"),
+            known_live = known_live("u"),
         )
     }
 
@@ -304,18 +319,18 @@ impl WatchPlan {
             "WITH known AS ( \
                SELECT u.url, u.url_hash, u.host, \
                       (u.request_seq > u.settled_seq AND u.available_at > now() \
-                       AND NOT coalesce(u.settled_reason NOT IN ({removals}), false)) AS never_public \
+                       AND NOT {known_live}) AS never_public \
                  FROM {ext}.indexnow_urls u \
                 WHERE u.watch_id = {id} AND u.reason NOT IN ({removals})), \
-             queued AS ( \
-               INSERT INTO {ext}.indexnow_urls AS u \
-                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
-               SELECT url, url_hash, host, 'deleted', now(), now(), now(), {id} \
-                 FROM known WHERE NOT never_public \
-               {ON_CONFLICT_SQL}) \
+             queued AS ({upsert}) \
              UPDATE {ext}.indexnow_urls u SET settled_seq = u.request_seq \
                FROM known k WHERE k.never_public AND u.url_hash = k.url_hash",
             id = self.watch_id,
+            known_live = known_live("u"),
+            upsert = self.upsert(
+                "(SELECT url, url_hash, host, 'deleted' AS reason, now() AS available_at, \
+                         NULL::text AS fp FROM known WHERE NOT never_public) gone"
+            ),
         )
     }
 
@@ -359,19 +374,14 @@ impl WatchPlan {
                  FROM {ext}.indexnow_urls u \
                 WHERE u.watch_id = {id} AND u.reason NOT IN ({removals}) \
                   AND NOT EXISTS (SELECT 1 FROM s WHERE s.url_hash = u.url_hash)), \
-             queued AS ( \
-               INSERT INTO {ext}.indexnow_urls AS u \
-                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
-                  fingerprint) \
-               SELECT url, url_hash, host, reason, now(), now(), available_at, {id}, fp FROM ev \
-               {ON_CONFLICT_SQL} \
-               RETURNING u.reason) \
+             queued AS ({upsert} RETURNING u.reason) \
              SELECT count(*) FILTER (WHERE reason = 'created'), \
                     count(*) FILTER (WHERE reason = 'changed'), \
                     count(*) FILTER (WHERE reason = 'gone') \
                FROM queued",
             current = self.current_urls(),
             id = self.watch_id,
+            upsert = self.upsert("ev"),
         )
     }
 

@@ -44,7 +44,6 @@ impl Reason {
     }
 
     /// The page is no longer there (or no longer public) at this URL.
-    #[allow(dead_code)] // capture (the next issue) decides with it
     pub fn is_removal(self) -> bool {
         matches!(
             self,
