@@ -23,6 +23,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
 AS $$
 DECLARE
     w record;
+    queued bigint;
+    any_queued boolean := false;
 BEGIN
     FOR w IN
         SELECT pattern, search_path,
@@ -35,6 +37,8 @@ BEGIN
         PERFORM pg_catalog.set_config('search_path', w.search_path, true);
         BEGIN
             EXECUTE w.statement;
+            GET DIAGNOSTICS queued = ROW_COUNT;
+            any_queued := any_queued OR queued > 0;
         EXCEPTION WHEN OTHERS THEN
             RAISE WARNING 'indexnow: % on %.% was not captured for %: %',
                 TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, w.pattern, SQLERRM
@@ -42,6 +46,10 @@ BEGIN
                              'then run indexnow_reconcile() to catch up.';
         END;
     END LOOP;
+    IF any_queued THEN
+        -- the worker looks at the queue when (and if) this transaction commits
+        PERFORM @extschema@.indexnow_wake_worker_at_commit();
+    END IF;
     RETURN NULL;
 END
 $$;

@@ -38,7 +38,12 @@ CREATE TABLE indexnow_urls (
     failed_status     integer,                      --   until a new request comes
     failed_note       text,
     watch_id          integer,                      -- the watch that last derived this URL
-    fingerprint       text                          -- md5 of the public columns it was derived from
+    fingerprint       text,                         -- md5 of the public columns it was derived from
+    claimed_until     timestamptz,                  -- a sender's lease: while it runs, no other
+                                                    --   sender takes the row; when it has passed
+                                                    --   (the sender died), the row is due again
+    dry_run_seq       bigint                        -- the request_seq a dry run last decided on:
+                                                    --   not decided again until a new request
 );
 
 -- The due query's index: only pending rows are in it, ordered by what the debounce compares, so

@@ -19,14 +19,21 @@ REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_wake_worker_at_commit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 -- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
 -- expressions with the caller's search_path (and names its own objects with their schema).
 
 -- Planner hints: one URL in, at most one row out.
 ALTER FUNCTION indexnow_capture_target(text, text, text) ROWS 1;
+
+-- The launcher starts this database's worker when this CREATE EXTENSION commits.
+SELECT indexnow_wake_launcher_at_commit();

@@ -7,10 +7,12 @@
 //! - `hosts`        `indexnow_add_host()` and key rules
 //! - `capture`      from writes to content tables to queue requests (watch, plan, templates)
 //! - `status`       `indexnow_status()`
-//! - `worker`       the background worker
+//! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
+//! - `worker`       the launcher and the per-database workers, waking them at commit
 //! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`),
 //!   grants and search_path pins (`security.sql`)
-//! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URL and key validation)
+//! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
+//!   what an answer means, the HTTP client)
 
 use pgrx::prelude::*;
 
@@ -19,6 +21,7 @@ mod error;
 mod guc;
 mod hosts;
 mod queue;
+mod send;
 mod status;
 mod worker;
 
@@ -36,7 +39,7 @@ extension_sql_file!("../sql/security.sql", name = "security", finalize);
 pub extern "C-unwind" fn _PG_init() {
     guc::register();
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        worker::note_preloaded();
+        worker::register_at_preload();
     }
 }
 

@@ -67,4 +67,5 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
         ],
     )
     .unwrap_or_else(|e| error!("indexnow: could not queue {}: {e}", target.url));
+    crate::worker::worker_at_commit();
 }

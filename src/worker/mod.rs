@@ -1,21 +1,241 @@
-//! The background worker. This version has none yet: sending comes with the worker, and until
-//! then `indexnow_status()` says so, and why.
+//! The background workers: a launcher, and one worker per database where the extension is
+//! installed (behaviour 18), found without any database named in configuration.
+//!
+//! - The launcher is a static worker (registered while preloading), connected to no database: it
+//!   reads the shared catalog `pg_database` and starts a dynamic worker for each database that
+//!   accepts connections. It looks again every few seconds, and at once when a `CREATE EXTENSION`
+//!   commits (see `wake.rs`).
+//! - A database worker exits when its database has no `indexnow` extension (also after a
+//!   `DROP EXTENSION`); the launcher then leaves that database alone until the next
+//!   `CREATE EXTENSION` anywhere, or a minute has passed.
+//! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
+//!   sent; after promotion the launcher starts and serves every database.
+//! - A worker runs a pass (`crate::send`), then sleeps until the next row becomes due or
+//!   `naptime`, whichever is sooner; a commit that queued something wakes it. SIGHUP reloads the
+//!   settings; SIGTERM ends it between two requests.
 
+pub mod registry;
+mod wake;
+
+pub use wake::worker_at_commit;
+
+use crate::guc;
+use crate::send::{run_pass, sleep_before_next_pass, Session};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker,
+    SignalWakeFlags,
+};
+use pgrx::prelude::*;
+use registry::State;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Set by `_PG_init` when the library is loaded through `shared_preload_libraries`; backends
 /// forked from that postmaster inherit it.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
-pub fn note_preloaded() {
+/// How often the launcher looks for new databases when nobody wakes it.
+const LAUNCHER_NAP: Duration = Duration::from_secs(5);
+
+/// How long the launcher leaves a database without the extension alone (unless a
+/// `CREATE EXTENSION` commits somewhere first).
+const RECHECK_WITHOUT_EXTENSION: Duration = Duration::from_secs(60);
+
+const WORKER_TYPE: &str = "indexnow worker";
+const LAUNCHER_TYPE: &str = "indexnow launcher";
+
+/// Called from `_PG_init` while preloading: shared memory and the launcher.
+pub fn register_at_preload() {
     PRELOADED.store(true, Ordering::Relaxed);
+    registry::init();
+    BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
+        .set_type(LAUNCHER_TYPE)
+        .set_library("indexnow")
+        .set_function("indexnow_launcher_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}
+
+pub fn preloaded() -> bool {
+    PRELOADED.load(Ordering::Relaxed)
 }
 
 /// The `worker` column of `indexnow_status()`.
 pub fn state_for_status() -> String {
-    if PRELOADED.load(Ordering::Relaxed) {
-        "not running: this version of indexnow has no background worker yet".to_string()
-    } else {
-        "not running: indexnow is not in shared_preload_libraries".to_string()
+    if !preloaded() {
+        return "not running: indexnow is not in shared_preload_libraries".to_string();
     }
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return "not running: this server is a hot standby (the worker starts after promotion)"
+            .to_string();
+    }
+    match registry::worker_of(unsafe { pg_sys::MyDatabaseId }.to_u32()) {
+        Some(slot) => {
+            let state = match slot.state {
+                State::Starting => "starting",
+                State::Idle => "idle",
+                State::Sending => "sending",
+                State::Disabled => "idle: indexnow.enabled is off",
+                State::Free | State::NoExtension => "stopping",
+            };
+            format!("running: {state} (pid {})", slot.pid)
+        }
+        None => "not running: not started yet (the launcher starts one per database within \
+                 seconds; if it does not, raise max_worker_processes)"
+            .to_string(),
+    }
+}
+
+/// A database worker the launcher started, and when.
+struct Started {
+    handle: DynamicBackgroundWorker,
+    generation: u64,
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(None, None);
+    registry::set_launcher();
+    log!("indexnow launcher started");
+
+    let mut running: HashMap<u32, Started> = HashMap::new();
+    // Databases whose worker found no extension: the generation it started at, and when.
+    let mut without_extension: HashMap<u32, (u64, Instant)> = HashMap::new();
+    loop {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        running.retain(|db, started| match started.handle.pid() {
+            Ok(_) => true,
+            Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
+            Err(_) => {
+                if registry::exited_without_extension(*db) {
+                    without_extension.insert(*db, (started.generation, Instant::now()));
+                }
+                false
+            }
+        });
+        let generation = registry::generation();
+        for db in databases() {
+            if running.contains_key(&db) {
+                continue;
+            }
+            if let Some((seen, at)) = without_extension.get(&db) {
+                if *seen == generation && at.elapsed() < RECHECK_WITHOUT_EXTENSION {
+                    continue;
+                }
+            }
+            without_extension.remove(&db);
+            match start_worker(db) {
+                Some(handle) => {
+                    running.insert(db, Started { handle, generation });
+                }
+                None => {
+                    warning!(
+                        "indexnow: could not start a worker for database {db}: no free \
+                         background worker slot (raise max_worker_processes)"
+                    );
+                    break;
+                }
+            }
+        }
+        if !BackgroundWorker::wait_latch(Some(LAUNCHER_NAP)) {
+            break;
+        }
+    }
+    log!("indexnow launcher stopped");
+}
+
+fn start_worker(db: u32) -> Option<DynamicBackgroundWorker> {
+    BackgroundWorkerBuilder::new(&format!("indexnow worker for database {db}"))
+        .set_type(WORKER_TYPE)
+        .set_library("indexnow")
+        .set_function("indexnow_worker_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_argument(Some(pg_sys::Datum::from(db)))
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic()
+        .ok()
+}
+
+/// The databases a worker may serve: those that accept connections, not templates, not left
+/// invalid by an interrupted DROP DATABASE. Read from the shared catalog, so the launcher needs
+/// no database of its own.
+fn databases() -> Vec<u32> {
+    BackgroundWorker::transaction(|| unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
+        let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+        let mut dbs = vec![];
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            let db = &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tuple);
+            if db.datallowconn && !db.datistemplate && db.datconnlimit != -2 {
+                dbs.push(db.oid.to_u32());
+            }
+        }
+        pg_sys::table_endscan(scan);
+        pg_sys::table_close(rel, lock);
+        dbs
+    })
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
+    let db = arg.value() as u32;
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
+    if !registry::enter(db) {
+        return; // another worker serves this database
+    }
+    loop {
+        if BackgroundWorker::sighup_received() {
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if !BackgroundWorker::transaction(use_extension_schema) {
+            registry::set_state(db, State::NoExtension);
+            return;
+        }
+        let enabled = guc::ENABLED.get();
+        if enabled {
+            registry::set_state(db, State::Sending);
+            run_pass(Session::Worker);
+        }
+        let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
+        let sleep = BackgroundWorker::transaction(|| sleep_before_next_pass(naptime));
+        registry::set_state(
+            db,
+            if enabled {
+                State::Idle
+            } else {
+                State::Disabled
+            },
+        );
+        if !BackgroundWorker::wait_latch(Some(if enabled { sleep } else { naptime })) {
+            break;
+        }
+    }
+    registry::leave(db);
+}
+
+/// Points this worker's search_path at the extension's schema; `false` when the extension is not
+/// installed in this database (any more).
+fn use_extension_schema() -> bool {
+    let set: Option<String> = Spi::get_one(
+        "SELECT set_config('search_path', quote_ident(n.nspname) || ', pg_catalog', false) \
+           FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+          WHERE e.extname = 'indexnow'",
+    )
+    .unwrap_or(None);
+    set.is_some()
 }

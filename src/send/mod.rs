@@ -1,0 +1,398 @@
+//! Sending: one pass over the queue, shared by the background worker and `indexnow_push_now()`.
+//!
+//! A pass takes the hosts that may be sent for (a key, enabled, not paused), and for each host
+//! repeats: claim at most `batch_size` due rows, POST them outside any transaction, record the
+//! answer; until the host has nothing due, the endpoint orders a pause, or the worker is told to
+//! stop. The answer decides (see `indexnow_protocol::response`):
+//! - accepted: the claimed requests are settled (only those: behaviour 14);
+//! - refused (4xx): settled as failed, the status and the body kept;
+//! - pause (429, 5xx, network): the claim is given back, a pause is written to
+//!   `indexnow_backoff`, and the pass stops (all hosts, or this host for a site-verification 403).
+//!
+//! Every request (and every dry-run decision) is one `indexnow_pushes` row.
+//!
+//! Two kinds of sender, one rule: no URL is ever in two senders' hands (behaviour 17), and no row
+//! lock is held across an HTTP request (behaviour 15).
+//! - The worker ([`Session::Worker`]) claims with `FOR UPDATE SKIP LOCKED` and a lease
+//!   (`claimed_until`) in a short transaction that it commits before the request; it marks the
+//!   rows in a second short transaction after. If it dies in between, the lease runs out and the
+//!   rows are due again (behaviour 16). The lease is `http_timeout` plus a margin: longer than a
+//!   request can take.
+//! - `indexnow_push_now()` ([`Session::Caller`]) runs in its caller's transaction, which it cannot
+//!   commit: a lease it wrote would be invisible to others and its row locks would be held across
+//!   the request. So it reads the due rows without locking them, and keeps other senders away
+//!   with an advisory lock instead: it takes the pass lock exclusively, and holds it until its
+//!   caller's transaction ends (when its marks become visible); a worker takes the same lock
+//!   shared in each claim transaction and skips the pass when it cannot. The caller's read skips
+//!   rows a worker holds a lease on, so a batch already in a worker's hands is not sent twice.
+//!   Content saves never wait on the pass lock: only senders take it.
+
+mod push_now;
+mod sql;
+
+use crate::guc;
+use crate::queue::due::DueRule;
+use indexnow_protocol::client::Client;
+use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The settings a pass runs by, read once at its start.
+pub struct Settings {
+    pub enabled: bool,
+    pub dry_run: bool,
+    pub endpoint: String,
+    pub rule: DueRule,
+    pub batch_size: i64,
+    pub http_timeout: Duration,
+    pub backoffs: Backoffs,
+    pub history_days: i32,
+}
+
+impl Settings {
+    pub fn now() -> Settings {
+        Settings {
+            enabled: guc::ENABLED.get(),
+            dry_run: guc::DRY_RUN.get(),
+            endpoint: guc::ENDPOINT
+                .get()
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            rule: guc::due_rule(),
+            batch_size: guc::BATCH_SIZE.get() as i64,
+            http_timeout: Duration::from_millis(guc::HTTP_TIMEOUT_MS.get() as u64),
+            backoffs: Backoffs {
+                throttled: Duration::from_secs(guc::BACKOFF_THROTTLED_S.get() as u64),
+                unavailable: Duration::from_secs(guc::BACKOFF_UNAVAILABLE_S.get() as u64),
+            },
+            history_days: guc::HISTORY_DAYS.get(),
+        }
+    }
+
+    /// How long a worker's claim keeps other senders away: longer than one request can take
+    /// (the client gives up at `http_timeout`), with room for the two short transactions.
+    fn lease(&self) -> f64 {
+        self.http_timeout.as_secs_f64() + 10.0
+    }
+
+    /// `$1`..`$5` of the claim statements (see `sql.rs`).
+    fn claim_args(&self, now: TimestampWithTimeZone) -> Vec<DatumWithOid<'static>> {
+        let [debounce, min_gap, repeat_after] = self.rule.sql_args();
+        vec![
+            now.into(),
+            debounce.into(),
+            min_gap.into(),
+            repeat_after.into(),
+            self.dry_run.into(),
+        ]
+    }
+}
+
+/// Where a pass runs, which decides how it claims (see the module's comment).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    Worker,
+    Caller,
+}
+
+impl Session {
+    /// Runs one step of the pass: in a transaction of its own for the worker, in the caller's
+    /// transaction otherwise.
+    fn step<R>(self, f: impl FnOnce() -> R) -> R {
+        match self {
+            Session::Caller => f(),
+            Session::Worker => {
+                let f = std::panic::AssertUnwindSafe(f);
+                pgrx::bgworkers::BackgroundWorker::transaction(move || {
+                    let f = f; // the whole wrapper, not its field
+                    (f.0)()
+                })
+            }
+        }
+    }
+
+    fn told_to_stop(self) -> bool {
+        self == Session::Worker && pgrx::bgworkers::BackgroundWorker::sigterm_received()
+    }
+}
+
+/// A host and its key, as the request carries them.
+struct Host {
+    host: String,
+    key: String,
+    key_location: Option<String>,
+}
+
+/// What a claim took: the requests it will settle, exactly as they were when claimed.
+#[derive(Default)]
+struct Claimed {
+    url_hash: Vec<Vec<u8>>,
+    url: Vec<String>,
+    reason: Vec<String>,
+    changed_at: Vec<TimestampWithTimeZone>,
+    request_seq: Vec<i64>,
+}
+
+impl Claimed {
+    fn len(&self) -> usize {
+        self.url.len()
+    }
+
+    /// `$1`..`$4` of the settle statements.
+    fn args(&self) -> Vec<DatumWithOid<'static>> {
+        vec![
+            self.url_hash.clone().into(),
+            self.changed_at.clone().into(),
+            self.request_seq.clone().into(),
+            self.reason.clone().into(),
+        ]
+    }
+}
+
+/// What one pass did for one host: the result row of `indexnow_push_now()`.
+#[derive(Debug, Default)]
+pub struct HostResult {
+    pub host: String,
+    pub requests: i32,
+    pub url_count: i64,
+    pub status: Option<i32>,
+    pub note: Option<String>,
+}
+
+/// One pass. Returns what it did per host (hosts with nothing sent are left out).
+pub fn run_pass(session: Session) -> Vec<HostResult> {
+    let settings = Settings::now();
+    if !settings.enabled {
+        return vec![];
+    }
+    if session == Session::Caller {
+        Spi::run(&format!("SELECT pg_advisory_xact_lock({})", sql::PASS_LOCK))
+            .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
+    }
+    let hosts = session.step(|| sendable_hosts(&settings));
+    let client = Client::new(settings.http_timeout);
+    let mut results = vec![];
+    'hosts: for host in hosts {
+        let mut result = HostResult {
+            host: host.host.clone(),
+            ..Default::default()
+        };
+        loop {
+            if session.told_to_stop() {
+                break 'hosts;
+            }
+            let Some(claimed) = session.step(|| claim(session, &settings, &host.host)) else {
+                break 'hosts; // another sender holds the pass lock: it will do the work
+            };
+            if claimed.len() == 0 {
+                break;
+            }
+            let outcome = push(&client, &settings, &host, &claimed, session, &mut result);
+            match outcome {
+                Some(Outcome::PauseAll { .. }) => {
+                    results.push(result);
+                    break 'hosts;
+                }
+                Some(Outcome::PauseHost { .. }) => break,
+                _ => {}
+            }
+            if (claimed.len() as i64) < settings.batch_size {
+                break;
+            }
+        }
+        results.push(result);
+    }
+    session.step(|| prune(&settings));
+    results.retain(|r| r.requests > 0);
+    results
+}
+
+/// Sends one claimed batch (or, in a dry run, decides on it) and records the answer. Returns the
+/// outcome, `None` for a dry run.
+fn push(
+    client: &Client,
+    settings: &Settings,
+    host: &Host,
+    claimed: &Claimed,
+    session: Session,
+    result: &mut HostResult,
+) -> Option<Outcome> {
+    let started = Instant::now();
+    let (answer, outcome) = if settings.dry_run {
+        (None, None)
+    } else {
+        let request = SubmitRequest {
+            host: host.host.clone(),
+            key: host.key.clone(),
+            key_location: host.key_location.clone(),
+            url_list: claimed.url.clone(),
+        };
+        let answer = client.submit(&settings.endpoint, &request);
+        let outcome = classify(&answer, &settings.backoffs, SystemTime::now());
+        (Some(answer), Some(outcome))
+    };
+    let took = started.elapsed().as_secs_f64();
+    let status = answer.as_ref().map_or(0, |a| a.status_code() as i32);
+    let note = match &outcome {
+        None => "dry_run".to_string(),
+        Some(Outcome::Accepted) => String::new(),
+        Some(Outcome::PauseAll { note, .. })
+        | Some(Outcome::PauseHost { note, .. })
+        | Some(Outcome::Refused { note }) => note.clone(),
+    };
+    session.step(|| record(&host.host, claimed, outcome.as_ref(), status, &note, took));
+    result.requests += 1;
+    result.url_count += claimed.len() as i64;
+    result.status = Some(status);
+    result.note = (!note.is_empty()).then_some(note);
+    outcome
+}
+
+fn now() -> TimestampWithTimeZone {
+    Spi::get_one("SELECT clock_timestamp()")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| error!("indexnow: no clock"))
+}
+
+fn sendable_hosts(settings: &Settings) -> Vec<Host> {
+    let args = settings.claim_args(now());
+    Spi::connect(|client| {
+        client
+            .select(&sql::sendable_hosts(), None, &args)?
+            .map(|r| {
+                Ok(Host {
+                    host: r.get(1)?.unwrap_or_default(),
+                    key: r.get(2)?.unwrap_or_default(),
+                    key_location: r.get(3)?,
+                })
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not list the hosts to send for: {e}"))
+}
+
+/// Claims the next batch of one host; `None` when the worker may not claim now because an
+/// `indexnow_push_now()` holds the pass lock.
+fn claim(session: Session, settings: &Settings, host: &str) -> Option<Claimed> {
+    if session == Session::Worker {
+        let free: Option<bool> = Spi::get_one(&format!(
+            "SELECT pg_try_advisory_xact_lock_shared({})",
+            sql::PASS_LOCK
+        ))
+        .unwrap_or_else(|e| error!("indexnow: could not try the pass lock: {e}"));
+        if free != Some(true) {
+            return None;
+        }
+    }
+    let mut args = settings.claim_args(now());
+    args.push(host.into());
+    args.push(settings.batch_size.into());
+    args.push(settings.lease().into());
+    let query = match session {
+        Session::Worker => sql::claim_with_lease(),
+        Session::Caller => sql::claim_by_reading(),
+    };
+    let claimed = Spi::connect_mut(|client| {
+        let mut c = Claimed::default();
+        for r in client.update(&query, None, &args)? {
+            c.url_hash.push(r.get(1)?.unwrap_or_default());
+            c.url.push(r.get(2)?.unwrap_or_default());
+            c.reason.push(r.get(3)?.unwrap_or_default());
+            c.changed_at.push(
+                r.get(4)?
+                    .unwrap_or_else(|| error!("indexnow: no changed_at")),
+            );
+            c.request_seq.push(r.get(5)?.unwrap_or_default());
+        }
+        Ok::<_, pgrx::spi::Error>(c)
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not claim due URLs of {host}: {e}"));
+    Some(claimed)
+}
+
+/// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and
+/// the `indexnow_pushes` row.
+fn record(
+    host: &str,
+    claimed: &Claimed,
+    outcome: Option<&Outcome>,
+    status: i32,
+    note: &str,
+    took: f64,
+) {
+    let mut args = claimed.args();
+    let (settle, pause) = match outcome {
+        None => (sql::settle_dry_run(), None),
+        Some(Outcome::Accepted) => (sql::settle_accepted(), None),
+        Some(Outcome::Refused { .. }) => {
+            args.push(status.into());
+            args.push(note.into());
+            (sql::settle_refused(), None)
+        }
+        Some(Outcome::PauseAll { pause, .. }) => (sql::release(), Some(("*", *pause))),
+        Some(Outcome::PauseHost { pause, .. }) => (sql::release(), Some((host, *pause))),
+    };
+    let recorded = Spi::connect_mut(|client| {
+        client.update(&settle, None, &args)?;
+        if let Some((scope, pause)) = pause {
+            client.update(
+                sql::PAUSE,
+                None,
+                &[
+                    scope.into(),
+                    pause.as_secs_f64().into(),
+                    status.into(),
+                    note.into(),
+                ],
+            )?;
+        }
+        let note = (!note.is_empty()).then_some(note);
+        client.update(
+            sql::RECORD,
+            None,
+            &[
+                host.into(),
+                (claimed.len() as i32).into(),
+                status.into(),
+                took.into(),
+                note.into(),
+            ],
+        )?;
+        Ok::<_, pgrx::spi::Error>(())
+    });
+    recorded.unwrap_or_else(|e| error!("indexnow: could not record a push to {host}: {e}"));
+}
+
+fn prune(settings: &Settings) {
+    Spi::run_with_args(sql::PRUNE, &[settings.history_days.into()])
+        .unwrap_or_else(|e| error!("indexnow: could not prune indexnow_pushes: {e}"));
+}
+
+/// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. A row
+/// that is due but cannot be sent now (no key, paused, leased) does not make it spin: `naptime`.
+pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
+    let settings = Settings::now();
+    let now_ts = now();
+    let args = settings.claim_args(now_ts);
+    let next: Option<TimestampWithTimeZone> = Spi::connect(|client| {
+        client
+            .select(&sql::next_due(), None, &args)?
+            .first()
+            .get_one()
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
+    let Some(next) = next else {
+        return naptime;
+    };
+    let wait: Option<f64> = Spi::get_one_with_args(
+        "SELECT extract(epoch FROM $1 - $2)::float8",
+        &[next.into(), now_ts.into()],
+    )
+    .unwrap_or(None);
+    match wait {
+        Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
+        _ => naptime,
+    }
+}

@@ -1,0 +1,31 @@
+//! `indexnow_push_now()`: one sending pass in the caller's session, the "send now" button.
+
+use super::{run_pass, Session};
+use pgrx::prelude::*;
+
+/// Runs one pass now, in this session and transaction, and returns what it sent per host:
+/// the requests made, the URLs they carried, and the last answer's status and note (status 0 is
+/// no answer: a network failure, or a dry run). Respects `indexnow.enabled`, pauses and every
+/// other setting as the worker does. It waits for another `indexnow_push_now()` whose transaction
+/// is still open; it holds no row lock across an HTTP request.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::type_complexity)]
+fn indexnow_push_now() -> TableIterator<
+    'static,
+    (
+        name!(host, String),
+        name!(requests, i32),
+        name!(url_count, i64),
+        name!(status, Option<i32>),
+        name!(note, Option<String>),
+    ),
+> {
+    if !crate::guc::ENABLED.get() {
+        notice!("indexnow: indexnow.enabled is off: nothing is sent");
+    }
+    let rows = run_pass(Session::Caller)
+        .into_iter()
+        .map(|r| (r.host, r.requests, r.url_count, r.status, r.note))
+        .collect::<Vec<_>>();
+    TableIterator::new(rows)
+}

@@ -1,0 +1,195 @@
+//! What the launcher, the database workers and ordinary backends share, in shared memory: which
+//! worker serves which database and what it is doing, the launcher's pid, and a counter that
+//! `CREATE EXTENSION` bumps so the launcher looks at databases again.
+//!
+//! It exists only when the library is preloaded; every function here is a no-op otherwise.
+
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
+
+/// At most this many databases are served at once (each also needs a background worker slot:
+/// `max_worker_processes`).
+pub const MAX_DATABASES: usize = 64;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Free = 0,
+    Starting,
+    Idle,
+    Sending,
+    Disabled,
+    /// The worker exited: its database has no `indexnow` extension.
+    NoExtension,
+}
+
+#[derive(Copy, Clone)]
+pub struct Slot {
+    pub db: u32,
+    pub pid: i32,
+    /// The address of the worker's process latch (in shared memory, the same in every process).
+    latch: usize,
+    pub state: State,
+}
+
+#[derive(Copy, Clone)]
+pub struct Registry {
+    launcher_pid: i32,
+    launcher_latch: usize,
+    /// Bumped at the commit of every `CREATE EXTENSION indexnow`.
+    generation: u64,
+    slots: [Slot; MAX_DATABASES],
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            launcher_pid: 0,
+            launcher_latch: 0,
+            generation: 0,
+            slots: [Slot {
+                db: 0,
+                pid: 0,
+                latch: 0,
+                state: State::Free,
+            }; MAX_DATABASES],
+        }
+    }
+}
+
+unsafe impl PGRXSharedMemory for Registry {}
+
+static REGISTRY: PgLwLock<Registry> = unsafe { PgLwLock::new(c"indexnow_registry") };
+
+/// Called from `_PG_init` while preloading.
+pub fn init() {
+    pg_shmem_init!(REGISTRY);
+}
+
+fn available() -> bool {
+    super::preloaded()
+}
+
+/// Registers this process as the launcher.
+pub fn set_launcher() {
+    let mut r = REGISTRY.exclusive();
+    r.launcher_pid = unsafe { pg_sys::MyProcPid };
+    r.launcher_latch = my_latch();
+}
+
+/// Wakes the launcher, if there is one.
+pub fn wake_launcher() {
+    if available() {
+        let r = REGISTRY.share();
+        if process_alive(r.launcher_pid) {
+            set_latch(r.launcher_latch);
+        }
+    }
+}
+
+pub fn generation() -> u64 {
+    REGISTRY.share().generation
+}
+
+pub fn bump_generation() {
+    if available() {
+        REGISTRY.exclusive().generation += 1;
+    }
+}
+
+/// Takes the slot of `db` for this process. `false` when another live worker has it (the
+/// launcher started two) or no slot is free.
+pub fn enter(db: u32) -> bool {
+    let pid = unsafe { pg_sys::MyProcPid };
+    let mut r = REGISTRY.exclusive();
+    if let Some(s) = r
+        .slots
+        .iter()
+        .find(|s| s.state != State::Free && s.db == db)
+    {
+        if s.pid != pid && process_alive(s.pid) {
+            return false;
+        }
+    }
+    let slot = match r
+        .slots
+        .iter()
+        .position(|s| s.state != State::Free && s.db == db)
+    {
+        Some(i) => i,
+        None => match r.slots.iter().position(|s| s.state == State::Free) {
+            Some(i) => i,
+            None => return false,
+        },
+    };
+    r.slots[slot] = Slot {
+        db,
+        pid,
+        latch: my_latch(),
+        state: State::Starting,
+    };
+    true
+}
+
+pub fn set_state(db: u32, state: State) {
+    let pid = unsafe { pg_sys::MyProcPid };
+    let mut r = REGISTRY.exclusive();
+    if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == pid) {
+        s.state = state;
+    }
+}
+
+/// Did the last worker of `db` exit because the extension is not installed there?
+pub fn exited_without_extension(db: u32) -> bool {
+    REGISTRY
+        .share()
+        .slots
+        .iter()
+        .any(|s| s.db == db && s.state == State::NoExtension)
+}
+
+pub fn leave(db: u32) {
+    set_state(db, State::Free);
+}
+
+/// The worker serving `db`, if any.
+pub fn worker_of(db: u32) -> Option<Slot> {
+    if !available() {
+        return None;
+    }
+    REGISTRY
+        .share()
+        .slots
+        .iter()
+        .find(|s| s.state != State::Free && s.db == db && process_alive(s.pid))
+        .copied()
+}
+
+/// Wakes the worker of `db`, if there is one.
+pub fn wake_worker(db: u32) {
+    if let Some(slot) = worker_of(db) {
+        set_latch(slot.latch);
+    }
+}
+
+fn my_latch() -> usize {
+    unsafe { &raw mut (*pg_sys::MyProc).procLatch as usize }
+}
+
+fn set_latch(latch: usize) {
+    if latch != 0 {
+        // SAFETY: the address of a PGPROC's latch, in shared memory; setting the latch of a
+        // process that has since exited wakes at most whoever took its PGPROC, which latches
+        // tolerate (every waiter re-checks why it woke).
+        unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    pid > 0 && unsafe { libc_kill(pid, 0) } == 0
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
