@@ -65,6 +65,8 @@ struct State {
     script: VecDeque<Reply>,
     default: Reply,
     received: Vec<Received>,
+    /// Submissions that reached the receiver, answered yet or not (a hanging one counts).
+    arrived: usize,
 }
 
 pub struct Receiver {
@@ -146,6 +148,11 @@ impl Receiver {
     pub fn received(&self) -> Vec<Received> {
         self.state.lock().unwrap().received.clone()
     }
+
+    /// How many submissions have arrived, including those not answered yet.
+    pub fn arrived(&self) -> usize {
+        self.state.lock().unwrap().arrived
+    }
 }
 
 impl Drop for Receiver {
@@ -208,6 +215,7 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
     let checked = check(header(&request, "Content-Type"), body);
     let (reply, record) = {
         let mut s = state.lock().unwrap();
+        s.arrived += 1;
         let reply = match &checked {
             Ok(_) => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
             Err((status, problem)) => Reply::Status {

@@ -219,3 +219,26 @@ impl Drop for Cluster {
 pub fn count(db: &mut Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).unwrap().get(0)
 }
+
+/// Polls `ready` every 50 ms until it holds; panics naming `what` after `limit`.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut ready: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `postgresql.conf` lines for a cluster that sends to `endpoint` at once: no debounce, no gap,
+/// a short naptime and time limit; `extra` lines override.
+pub fn sending_conf(endpoint: &str, extra: &[&str]) -> Vec<String> {
+    let mut conf = vec![
+        format!("indexnow.endpoint = '{endpoint}'"),
+        "indexnow.debounce = 0".to_string(),
+        "indexnow.min_gap = 0".to_string(),
+        "indexnow.naptime = '200ms'".to_string(),
+        "indexnow.http_timeout = '2s'".to_string(),
+    ];
+    conf.extend(extra.iter().map(|s| s.to_string()));
+    conf
+}
