@@ -44,7 +44,10 @@ CREATE TABLE indexnow_urls (
                                                     --   (the sender died), the row is due again
     dry_run_seq       bigint                        -- the request_seq a dry run last decided on:
                                                     --   not decided again until a new request
-);
+) WITH (fillfactor = 70);
+-- fillfactor: a sender leases every row it sends (claimed_until, in no index); with room left on
+-- the page that update is HOT, writing no index entry. Measured: draining 200,000 URLs took
+-- 8.9 s at the default fillfactor, 6.1-7.3 s at 70.
 
 -- The due query's index: only pending rows are in it, ordered by what the debounce compares, so
 -- an idle pass reads nothing when nothing is pending and only the quiet rows otherwise.
@@ -68,6 +71,7 @@ CREATE TABLE indexnow_watches (
     on_delete     text NOT NULL,
     on_truncate   text NOT NULL,
     reconcile     text NOT NULL,
+    recheck       text NOT NULL,                    -- send-time re-read of scheduled pages
     created_at    timestamptz NOT NULL DEFAULT now(),
     CHECK ((url IS NULL) <> (url_sql IS NULL)),
     UNIQUE (tbl, pattern)

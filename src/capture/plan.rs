@@ -58,6 +58,10 @@ pub struct Statements {
     pub on_truncate: String,
     /// Returns one row: (created, changed, gone).
     pub reconcile: String,
+    /// The send-time re-read of scheduled pages (spec behaviour 7): given `$1` url_hash[], returns
+    /// for each the state the table gives that URL now (`live`, `scheduled`, or NULL: no row makes
+    /// it public) and the publication time.
+    pub recheck: String,
     /// Records the rows public now as known (so they are not announced), queues scheduled ones.
     pub baseline: String,
 }
@@ -72,14 +76,14 @@ pub fn quote_literal(text: &str) -> String {
 
 /// Search engines were last told the queue row `alias` is live (or, for a watch's baseline, are
 /// taken to know it): a cancelled request for it must become a removal, not vanish.
-fn known_live(alias: &str) -> String {
+pub fn known_live(alias: &str) -> String {
     format!(
         "coalesce({alias}.settled_reason NOT IN ({}), false)",
         removal_list()
     )
 }
 
-fn removal_list() -> String {
+pub fn removal_list() -> String {
     Reason::ALL
         .iter()
         .filter(|r| r.is_removal())
@@ -96,6 +100,7 @@ impl WatchPlan {
             on_delete: self.on_delete(),
             on_truncate: self.on_truncate(),
             reconcile: self.reconcile(),
+            recheck: self.recheck(),
             baseline: self.baseline(),
         }
     }
@@ -351,6 +356,15 @@ impl WatchPlan {
             fp = self.fingerprint("d"),
             ext = self.ext,
             label = quote_literal(&self.table_label),
+        )
+    }
+
+    fn recheck(&self) -> String {
+        format!(
+            "WITH {current} \
+             SELECT c.url_hash, s.state, s.pub_at \
+               FROM unnest($1::bytea[]) AS c(url_hash) LEFT JOIN s ON s.url_hash = c.url_hash",
+            current = self.current_urls(),
         )
     }
 

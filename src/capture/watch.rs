@@ -269,8 +269,9 @@ fn indexnow_watch(
             &format!(
                 "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
                    publish_at, hidden_reason, search_path, on_insert, on_update, on_delete, \
-                   on_truncate, reconcile) \
-                 VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, '', '', '', '', '') RETURNING id"
+                   on_truncate, reconcile, recheck) \
+                 VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, '', '', '', '', '', '') \
+                 RETURNING id"
             ),
             &[
                 table.qualified.as_str().into(),
@@ -303,7 +304,7 @@ fn indexnow_watch(
         Spi::run_with_args(
             &format!(
                 "UPDATE {ext}.indexnow_watches SET on_insert = $2, on_update = $3, on_delete = $4, \
-                   on_truncate = $5, reconcile = $6 WHERE id = $1"
+                   on_truncate = $5, reconcile = $6, recheck = $7 WHERE id = $1"
             ),
             &[
                 watch_id.into(),
@@ -312,6 +313,7 @@ fn indexnow_watch(
                 sql.on_delete.as_str().into(),
                 sql.on_truncate.as_str().into(),
                 sql.reconcile.as_str().into(),
+                sql.recheck.as_str().into(),
             ],
         ),
     );

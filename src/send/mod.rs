@@ -32,10 +32,12 @@ mod sql;
 
 use crate::guc;
 use crate::queue::due::DueRule;
+use crate::queue::Reason;
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
+use sql::{Locate, Settle};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The settings a pass runs by, read once at its start.
@@ -125,13 +127,15 @@ struct Host {
 }
 
 /// What a claim took: the requests it will settle, exactly as they were when claimed.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Claimed {
     url_hash: Vec<Vec<u8>>,
     url: Vec<String>,
     reason: Vec<String>,
     changed_at: Vec<TimestampWithTimeZone>,
     request_seq: Vec<i64>,
+    watch_id: Vec<Option<i32>>,
+    ctid: Vec<String>,
 }
 
 impl Claimed {
@@ -139,13 +143,32 @@ impl Claimed {
         self.url.len()
     }
 
-    /// `$1`..`$4` of the settle statements.
+    /// Keeps the rows whose `keep` is true.
+    fn retain(&mut self, keep: &[bool]) {
+        fn filter<T>(v: &mut Vec<T>, keep: &[bool]) {
+            let mut i = 0;
+            v.retain(|_| {
+                i += 1;
+                keep[i - 1]
+            });
+        }
+        filter(&mut self.url_hash, keep);
+        filter(&mut self.url, keep);
+        filter(&mut self.reason, keep);
+        filter(&mut self.changed_at, keep);
+        filter(&mut self.request_seq, keep);
+        filter(&mut self.watch_id, keep);
+        filter(&mut self.ctid, keep);
+    }
+
+    /// `$1`..`$5` of the settle statements.
     fn args(&self) -> Vec<DatumWithOid<'static>> {
         vec![
             self.url_hash.clone().into(),
             self.changed_at.clone().into(),
             self.request_seq.clone().into(),
             self.reason.clone().into(),
+            self.ctid.clone().into(),
         ]
     }
 }
@@ -182,11 +205,15 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
             if session.told_to_stop() {
                 break 'hosts;
             }
-            let Some(claimed) = session.step(|| claim(session, &settings, &host.host)) else {
+            let Some((taken, claimed)) = session.step(|| claim(session, &settings, &host.host))
+            else {
                 break 'hosts; // another sender holds the pass lock: it will do the work
             };
-            if claimed.len() == 0 {
+            if taken == 0 {
                 break;
+            }
+            if claimed.len() == 0 {
+                continue; // the whole batch was scheduled pages the re-read took out
             }
             let outcome = push(&client, &settings, &host, &claimed, session, &mut result);
             match outcome {
@@ -197,7 +224,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
                 Some(Outcome::PauseHost { .. }) => break,
                 _ => {}
             }
-            if (claimed.len() as i64) < settings.batch_size {
+            if (taken as i64) < settings.batch_size {
                 break;
             }
         }
@@ -273,9 +300,10 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     .unwrap_or_else(|e| error!("indexnow: could not list the hosts to send for: {e}"))
 }
 
-/// Claims the next batch of one host; `None` when the worker may not claim now because an
+/// Claims the next batch of one host: how many due rows it took, and those left to send once the
+/// scheduled pages among them were re-read. `None` when the worker may not claim now because an
 /// `indexnow_push_now()` holds the pass lock.
-fn claim(session: Session, settings: &Settings, host: &str) -> Option<Claimed> {
+fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Claimed)> {
     if session == Session::Worker {
         let free: Option<bool> = Spi::get_one(&format!(
             "SELECT pg_try_advisory_xact_lock_shared({})",
@@ -305,11 +333,164 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<Claimed> {
                     .unwrap_or_else(|| error!("indexnow: no changed_at")),
             );
             c.request_seq.push(r.get(5)?.unwrap_or_default());
+            c.watch_id.push(r.get(6)?);
+            c.ctid.push(r.get(7)?.unwrap_or_default());
         }
         Ok::<_, pgrx::spi::Error>(c)
     })
     .unwrap_or_else(|e| error!("indexnow: could not claim due URLs of {host}: {e}"));
-    Some(claimed)
+    let taken = claimed.len();
+    Some((taken, recheck_scheduled(claimed)))
+}
+
+/// Spec behaviour 7: a page whose publication was scheduled is re-read from its table before it
+/// is sent, in case its row changed without the capture triggers seeing it (triggers disabled,
+/// `session_replication_role = replica`, a restore). The watch's `recheck` statement derives
+/// the URL from the current rows; a URL no row makes live now is taken out of the batch (see
+/// [`sql::withdraw`]). Costs a read of the watched table, only for batches holding such pages.
+fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
+    // The watches that derived live pages of this batch...
+    let mut watches: Vec<i32> = claimed
+        .watch_id
+        .iter()
+        .zip(&claimed.reason)
+        .filter(|(_, reason)| reason.parse::<Reason>().is_ok_and(|r| !r.is_removal()))
+        .filter_map(|(w, _)| *w)
+        .collect();
+    if watches.is_empty() {
+        return claimed;
+    }
+    watches.sort_unstable();
+    watches.dedup();
+    // ... those that schedule publication: id -> (search_path, recheck statement, the batch's
+    // URLs it derived)
+    type Groups = std::collections::BTreeMap<i32, (String, String, Vec<Vec<u8>>)>;
+    let mut groups: Groups = Spi::connect(|client| {
+        let mut groups = Groups::new();
+        for r in client.select(sql::SCHEDULING_WATCHES, None, &[watches.into()])? {
+            let id: i32 = r.get(1)?.unwrap_or_default();
+            let path = r.get(2)?.unwrap_or_default();
+            let recheck = r.get(3)?.unwrap_or_default();
+            groups.insert(id, (path, recheck, vec![]));
+        }
+        Ok::<_, pgrx::spi::Error>(groups)
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not find the watches of a batch: {e}"));
+    for ((hash, watch), reason) in claimed
+        .url_hash
+        .iter()
+        .zip(&claimed.watch_id)
+        .zip(&claimed.reason)
+    {
+        let live = reason.parse::<Reason>().is_ok_and(|r| !r.is_removal());
+        if let (true, Some(group)) = (live, watch.and_then(|w| groups.get_mut(&w))) {
+            group.2.push(hash.clone());
+        }
+    }
+    if groups.is_empty() {
+        return claimed;
+    }
+    let mut out_hash: Vec<Vec<u8>> = vec![];
+    let mut out_state: Vec<Option<String>> = vec![];
+    let mut out_pub_at: Vec<Option<TimestampWithTimeZone>> = vec![];
+    let our_path: Option<String> = Spi::get_one("SELECT current_setting('search_path')")
+        .ok()
+        .flatten();
+    for (search_path, recheck, hashes) in groups.into_values() {
+        if hashes.is_empty() {
+            continue;
+        }
+        let reread = catching_errors(|| {
+            Spi::connect_mut(|client| {
+                client.update(
+                    "SELECT set_config('search_path', $1, true)",
+                    None,
+                    &[search_path.as_str().into()],
+                )?;
+                client
+                    .update(&recheck, None, &[hashes.clone().into()])?
+                    .map(|r| {
+                        Ok((
+                            r.get::<Vec<u8>>(1)?.unwrap_or_default(),
+                            r.get::<String>(2)?,
+                            r.get::<TimestampWithTimeZone>(3)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+            })
+        });
+        match reread {
+            Some(Ok(rows)) => {
+                for (hash, state, pub_at) in rows {
+                    if state.as_deref() != Some("live") {
+                        out_hash.push(hash);
+                        out_state.push(state);
+                        out_pub_at.push(pub_at);
+                    }
+                }
+            }
+            // The capture triggers kept the queue right as far as they saw; a re-read that
+            // fails (a watch left stale by ALTER TABLE) must not stop sending.
+            Some(Err(e)) => warning!("indexnow: could not re-read scheduled pages: {e}"),
+            None => {}
+        }
+    }
+    if let Some(path) = our_path {
+        Spi::run_with_args(
+            "SELECT set_config('search_path', $1, true)",
+            &[path.as_str().into()],
+        )
+        .unwrap_or_else(|e| error!("indexnow: could not restore search_path: {e}"));
+    }
+    if out_hash.is_empty() {
+        return claimed;
+    }
+    Spi::run_with_args(
+        &sql::withdraw(),
+        &[out_hash.clone().into(), out_state.into(), out_pub_at.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: could not withdraw re-read pages: {e}"));
+    let withdrawn: std::collections::HashSet<Vec<u8>> = out_hash.into_iter().collect();
+    let keep: Vec<bool> = claimed
+        .url_hash
+        .iter()
+        .map(|h| !withdrawn.contains(h))
+        .collect();
+    claimed.retain(&keep);
+    claimed
+}
+
+/// Runs `f` in a subtransaction: an ERROR inside is reported as a WARNING and rolled back alone,
+/// and `None` returned.
+fn catching_errors<R>(f: impl FnOnce() -> R) -> Option<R> {
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        let f = std::panic::AssertUnwindSafe(f);
+        let result = PgTryBuilder::new(move || {
+            let f = f;
+            let r = (f.0)();
+            pg_sys::ReleaseCurrentSubTransaction();
+            Some(r)
+        })
+        .catch_others(|e| {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            let message = match &e {
+                pg_sys::panic::CaughtError::PostgresError(r)
+                | pg_sys::panic::CaughtError::ErrorReport(r)
+                | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => {
+                    r.message().to_string()
+                }
+            };
+            warning!("indexnow: could not re-read scheduled pages: {message}");
+            None
+        })
+        .execute();
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        result
+    }
 }
 
 /// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and
@@ -322,20 +503,38 @@ fn record(
     note: &str,
     took: f64,
 ) {
-    let mut args = claimed.args();
     let (settle, pause) = match outcome {
-        None => (sql::settle_dry_run(), None),
-        Some(Outcome::Accepted) => (sql::settle_accepted(), None),
-        Some(Outcome::Refused { .. }) => {
+        None => (Settle::DryRun, None),
+        Some(Outcome::Accepted) => (Settle::Accepted, None),
+        Some(Outcome::Refused { .. }) => (Settle::Refused, None),
+        Some(Outcome::PauseAll { pause, .. }) => (Settle::Release, Some(("*", *pause))),
+        Some(Outcome::PauseHost { pause, .. }) => (Settle::Release, Some((host, *pause))),
+    };
+    let with_answer = |mut args: Vec<DatumWithOid<'static>>| {
+        if let Settle::Refused = settle {
             args.push(status.into());
             args.push(note.into());
-            (sql::settle_refused(), None)
         }
-        Some(Outcome::PauseAll { pause, .. }) => (sql::release(), Some(("*", *pause))),
-        Some(Outcome::PauseHost { pause, .. }) => (sql::release(), Some((host, *pause))),
+        args
     };
     let recorded = Spi::connect_mut(|client| {
-        client.update(&settle, None, &args)?;
+        let mut found = std::collections::HashSet::new();
+        let by_tid = sql::settle(settle, Locate::ByTid);
+        for r in client.update(&by_tid, None, &with_answer(claimed.args()))? {
+            found.insert(r.get::<Vec<u8>>(1)?.unwrap_or_default());
+        }
+        if found.len() < claimed.len() {
+            // rows saved again since the claim moved: find them by key
+            let keep: Vec<bool> = claimed
+                .url_hash
+                .iter()
+                .map(|h| !found.contains(h))
+                .collect();
+            let mut moved = claimed.clone();
+            moved.retain(&keep);
+            let by_key = sql::settle(settle, Locate::ByKey);
+            client.update(&by_key, None, &with_answer(moved.args()))?;
+        }
         if let Some((scope, pause)) = pause {
             client.update(
                 sql::PAUSE,

@@ -6,6 +6,7 @@
 //! `$5` = dry run (bool). A statement that does not use some of them still takes them all, so
 //! every call site passes the same [`super::Settings::claim_args`].
 
+use crate::capture::plan::known_live;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
 
 /// Who takes advisory locks of this key (`pg_advisory_*lock(PASS_LOCK)`): sending passes only.
@@ -34,82 +35,92 @@ pub fn sendable_hosts() -> String {
 }
 
 /// The due rows of one host (`$6`), at most `$7` of them, longest quiet first.
-fn due_of_host(lock: &str) -> String {
+fn due_of_host(columns: &str, lock: &str) -> String {
     format!(
-        "SELECT url_hash FROM indexnow_urls \
+        "SELECT {columns} FROM indexnow_urls \
           WHERE host = $6 AND {DUE_SQL} AND {CLAIMABLE_SQL} \
           ORDER BY changed_at LIMIT $7 {lock}"
     )
 }
 
-/// What a claim returns, in this order: see `super::Claimed`.
-const CLAIMED_COLUMNS: &str = "u.url_hash, u.url, u.reason, u.changed_at, u.request_seq";
+/// What a claim returns, in this order: see `super::Claimed`. The row's `ctid` lets the
+/// statements that settle it find it without an index lookup per row.
+const CLAIMED_COLUMNS: &str =
+    "url_hash, url, reason, changed_at, request_seq, watch_id, ctid::text";
 
 /// A worker's claim: lock the rows, skipping those another sender holds, and lease them for
-/// `$8` seconds, in a transaction committed before any HTTP request.
+/// `$8` seconds, in a transaction committed before any HTTP request. (The locked rows are found
+/// again by `ctid`: they cannot move while locked.)
 pub fn claim_with_lease() -> String {
     format!(
-        "UPDATE indexnow_urls u SET claimed_until = $1 + make_interval(secs => $8) \
-           FROM ({}) c WHERE u.url_hash = c.url_hash RETURNING {CLAIMED_COLUMNS}",
-        due_of_host("FOR UPDATE SKIP LOCKED")
+        "UPDATE indexnow_urls SET claimed_until = $1 + make_interval(secs => $8) \
+          WHERE ctid = ANY (ARRAY({})) RETURNING {CLAIMED_COLUMNS}",
+        due_of_host("ctid", "FOR UPDATE SKIP LOCKED")
     )
 }
 
 /// `indexnow_push_now()`'s claim: a plain read, so the caller's transaction holds no row lock
 /// across the HTTP request; the exclusive pass lock keeps other senders away instead.
 pub fn claim_by_reading() -> String {
-    format!(
-        "SELECT {CLAIMED_COLUMNS} FROM indexnow_urls u \
-          WHERE u.url_hash IN ({})",
-        due_of_host("")
-    )
+    due_of_host(CLAIMED_COLUMNS, "")
 }
 
-/// The claimed rows, passed back as arrays: `$1` url_hash, `$2` changed_at, `$3` request_seq,
-/// `$4` reason.
-const CLAIMS: &str = "unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) \
-     AS c(url_hash, changed_at, request_seq, reason)";
-
-/// The endpoint accepted the batch. Only the requests the claim saw are settled: a request that
-/// arrived since keeps `request_seq > settled_seq` (spec behaviour 14), and `pushed_changed_at`
-/// is the content the push carried, so a change since is still a change.
-pub fn settle_accepted() -> String {
-    format!(
-        "UPDATE indexnow_urls u SET \
-            last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, \
-            settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
-            failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL \
-           FROM {CLAIMS} WHERE u.url_hash = c.url_hash"
-    )
+/// What becomes of claimed rows once the answer is known.
+#[derive(Clone, Copy)]
+pub enum Settle {
+    /// The endpoint accepted the batch. Only the requests the claim saw are settled: a request
+    /// that arrived since keeps `request_seq > settled_seq` (spec behaviour 14), and
+    /// `pushed_changed_at` is the content the push carried, so a change since is still a change.
+    Accepted,
+    /// The endpoint refused the batch (a 4xx that is not a pause): the requests it carried are
+    /// settled as failed, with the answer kept (`$6` status, `$7` note), and not retried until a
+    /// new request comes.
+    Refused,
+    /// A dry run decided on the batch: nothing is settled (search engines were told nothing); the
+    /// decision is remembered so the next pass does not make it again.
+    DryRun,
+    /// A temporary failure: the lease is given back and the rows stay due. Nothing is dropped.
+    Release,
 }
 
-/// The endpoint refused the batch (a 4xx that is not a pause): the requests it carried are
-/// settled as failed, with the answer kept (`$5` status, `$6` note), and not retried until a new
-/// request comes.
-pub fn settle_refused() -> String {
-    format!(
-        "UPDATE indexnow_urls u SET \
-            failed_at = clock_timestamp(), failed_status = $5, failed_note = $6, \
-            settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
-            claimed_until = NULL \
-           FROM {CLAIMS} WHERE u.url_hash = c.url_hash"
-    )
+/// How the statement finds the claimed rows.
+#[derive(Clone, Copy)]
+pub enum Locate {
+    /// By the `ctid` the claim returned (`$5`): no index lookups. Misses a row that was updated
+    /// since the claim (a save during the push): those are settled again [`Locate::ByKey`].
+    ByTid,
+    /// By primary key (`$1`).
+    ByKey,
 }
 
-/// A dry run decided on the batch: nothing is settled (search engines were told nothing), the
-/// decision is remembered so the next pass does not make it again.
-pub fn settle_dry_run() -> String {
+/// The statement that settles claimed rows, passed back as arrays: `$1` url_hash, `$2`
+/// changed_at, `$3` request_seq, `$4` reason, `$5` ctid (text), and for a refusal `$6` status,
+/// `$7` note. Returns the url_hash of each row it found.
+pub fn settle(settle: Settle, locate: Locate) -> String {
+    let set = match settle {
+        Settle::Accepted => {
+            "last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, \
+             settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
+             failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL"
+        }
+        Settle::Refused => {
+            "failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, \
+             settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
+             claimed_until = NULL"
+        }
+        Settle::DryRun => "dry_run_seq = c.request_seq, claimed_until = NULL",
+        Settle::Release => "claimed_until = NULL",
+    };
+    let found = match locate {
+        Locate::ByTid => "u.ctid = ANY (ARRAY(SELECT t::tid FROM unnest($5::text[]) t))",
+        Locate::ByKey => "u.url_hash = ANY ($1)",
+    };
     format!(
-        "UPDATE indexnow_urls u SET dry_run_seq = c.request_seq, claimed_until = NULL \
-           FROM {CLAIMS} WHERE u.url_hash = c.url_hash"
-    )
-}
-
-/// A temporary failure: the lease is given back and the rows stay due. Nothing is dropped.
-pub fn release() -> String {
-    format!(
-        "UPDATE indexnow_urls u SET claimed_until = NULL \
-           FROM {CLAIMS} WHERE u.url_hash = c.url_hash"
+        "UPDATE indexnow_urls u SET {set} \
+           FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) \
+                AS c(url_hash, changed_at, request_seq, reason) \
+          WHERE {found} AND u.url_hash = c.url_hash \
+         RETURNING u.url_hash"
     )
 }
 
@@ -138,5 +149,27 @@ pub fn next_due() -> String {
         "SELECT min(greatest({DUE_AT_SQL}, claimed_until)) FROM indexnow_urls \
           WHERE request_seq > settled_seq \
             AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)"
+    )
+}
+
+/// Of the watches `$1` (int[]), those with `publish_at`: their pages are re-read at send time
+/// (spec behaviour 7).
+pub const SCHEDULING_WATCHES: &str = "SELECT id, search_path, recheck FROM indexnow_watches \
+     WHERE id = ANY ($1) AND publish_at IS NOT NULL";
+
+/// The rows the re-read found not live now (`$1` url_hash[], `$2` state, `$3` publication time)
+/// are taken out of the batch: a page scheduled again waits for its new time; a page that no
+/// longer exists or is no longer visible is never sent as live — its request is cancelled, or,
+/// when search engines were told it is live, it becomes a removal (`gone`).
+pub fn withdraw() -> String {
+    let known_live = known_live("u");
+    format!(
+        "UPDATE indexnow_urls u SET claimed_until = NULL, \
+            available_at = CASE WHEN r.state = 'scheduled' THEN r.pub_at ELSE u.available_at END, \
+            reason = CASE WHEN r.state IS NULL AND {known_live} THEN 'gone' ELSE u.reason END, \
+            settled_seq = CASE WHEN r.state IS NULL AND NOT {known_live} THEN u.request_seq \
+                               ELSE u.settled_seq END \
+           FROM unnest($1::bytea[], $2::text[], $3::timestamptz[]) AS r(url_hash, state, pub_at) \
+          WHERE u.url_hash = ANY($1) AND u.url_hash = r.url_hash"
     )
 }

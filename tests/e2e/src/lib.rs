@@ -103,6 +103,53 @@ impl Cluster {
         cluster
     }
 
+    /// A hot standby of `primary` (pg_basebackup -R), started with `conf` appended: it inherits the
+    /// primary's settings, so `conf` overrides them.
+    pub fn standby_of(primary: &Cluster, conf: &[&str]) -> Cluster {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        run(
+            "chown",
+            Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]),
+        );
+        let data = dir.join("data");
+        run(
+            "pg_basebackup",
+            as_postgres(&format!("{PG_BIN}/pg_basebackup")).args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().unwrap(),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ]),
+        );
+        let mut lines = vec![
+            format!("port = {port}"),
+            format!("unix_socket_directories = '{}'", dir.display()),
+        ];
+        lines.extend(conf.iter().map(|l| l.to_string()));
+        let conf_path = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf_path).unwrap();
+        text.push_str(&format!("\n# indexnow-e2e standby\n{}\n", lines.join("\n")));
+        std::fs::write(&conf_path, text).unwrap();
+        let standby = Cluster { dir, port };
+        standby.pg_ctl(&["start", "-w", "-t", "60"]);
+        standby
+    }
+
+    pub fn promote(&self) {
+        self.pg_ctl(&["promote", "-w", "-t", "60"]);
+    }
+
     pub fn data(&self) -> PathBuf {
         self.dir.join("data")
     }
@@ -224,7 +271,10 @@ pub fn count(db: &mut Client, sql: &str) -> i64 {
 pub fn wait_until(what: &str, limit: std::time::Duration, mut ready: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !ready() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -1,0 +1,801 @@
+//! Sending, end to end: a real cluster with the library preloaded (the launcher and the
+//! per-database workers), and the local IndexNow receiver answering as scripted.
+
+use indexnow_e2e::{count, sending_conf, wait_until, Cluster, Options};
+use indexnow_receiver::{Received, Receiver, Reply};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "abcdefgh12";
+const HOST: &str = "www.example.com";
+
+fn receiver() -> Receiver {
+    Receiver::start("127.0.0.1:0").unwrap()
+}
+
+fn cluster(receiver: &Receiver, extra: &[&str]) -> Cluster {
+    Cluster::start(Options {
+        preload: true,
+        conf: sending_conf(&receiver.endpoint(), extra),
+    })
+}
+
+fn ok() -> Reply {
+    Reply::Status {
+        status: 200,
+        retry_after: None,
+        body: String::new(),
+    }
+}
+
+fn status(code: u16, retry_after: Option<&str>, body: &str) -> Reply {
+    Reply::Status {
+        status: code,
+        retry_after: retry_after.map(str::to_string),
+        body: body.to_string(),
+    }
+}
+
+/// Every URL the receiver accepted (answered 2xx), with how many times.
+fn accepted_urls(received: &[Received]) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for r in received.iter().filter(|r| (200..300).contains(&r.status)) {
+        for url in &r.request.as_ref().unwrap().url_list {
+            *seen.entry(url.clone()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+const SECONDS: fn(u64) -> Duration = Duration::from_secs;
+
+#[test]
+fn twenty_five_thousand_due_urls_arrive_as_three_posts_with_the_right_key() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.execute(
+        "SELECT indexnow_add_host($1, $2, $3)",
+        &[&HOST, &KEY, &format!("https://{HOST}/{KEY}.txt")],
+    )
+    .unwrap();
+    db.batch_execute(
+        "SELECT indexnow_queue('https://www.example.com/p/' || g) FROM generate_series(1, 25000) g",
+    )
+    .unwrap();
+    wait_until("25,000 URLs arrive", SECONDS(60), || {
+        accepted_urls(&receiver.received()).len() == 25_000
+    });
+    let received = receiver.received();
+    let mut sizes: Vec<usize> = received
+        .iter()
+        .map(|r| r.request.as_ref().unwrap().url_list.len())
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![5_000, 10_000, 10_000]);
+    for r in &received {
+        let req = r.request.as_ref().unwrap();
+        assert_eq!((req.host.as_str(), req.key.as_str()), (HOST, KEY));
+        assert_eq!(
+            req.key_location.as_deref(),
+            Some("https://www.example.com/abcdefgh12.txt")
+        );
+    }
+    assert!(accepted_urls(&received).values().all(|n| *n == 1));
+    let recorded = db
+        .query_one(
+            "SELECT count(*), sum(url_count)::bigint, min(status), max(status) FROM indexnow_pushes",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(recorded.get::<_, i64>(0), 3);
+    assert_eq!(recorded.get::<_, i64>(1), 25_000);
+    assert_eq!(
+        (recorded.get::<_, i32>(2), recorded.get::<_, i32>(3)),
+        (200, 200)
+    );
+    let pending = count(
+        &mut db,
+        "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq OR last_pushed_at IS NULL",
+    );
+    assert_eq!(pending, 0);
+}
+
+#[test]
+fn two_hosts_get_separate_posts_and_a_host_without_a_key_is_held() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "SELECT indexnow_add_host('a.example.com', 'aaaaaaaa11'); \
+         SELECT indexnow_add_host('b.example.com', 'bbbbbbbb22'); \
+         SELECT indexnow_queue('https://' || h || '/page/' || g) \
+           FROM unnest('{a.example.com,b.example.com,keyless.example.com}'::text[]) h, \
+                generate_series(1, 3) g;",
+    )
+    .unwrap();
+    wait_until("both hosts are sent", SECONDS(20), || {
+        receiver.received().len() >= 2
+    });
+    std::thread::sleep(Duration::from_secs(1)); // five more passes: the keyless host stays held
+    let received = receiver.received();
+    assert_eq!(received.len(), 2, "{received:?}");
+    for r in &received {
+        let req = r.request.as_ref().unwrap();
+        let want_key = if req.host == "a.example.com" {
+            "aaaaaaaa11"
+        } else {
+            "bbbbbbbb22"
+        };
+        assert_eq!(req.key, want_key, "{req:?}");
+        assert_eq!(req.url_list.len(), 3);
+        assert!(req
+            .url_list
+            .iter()
+            .all(|u| u.starts_with(&format!("https://{}/", req.host))));
+    }
+    let held = db
+        .query_one(
+            "SELECT has_key, pending, due_now FROM indexnow_status() WHERE host = 'keyless.example.com'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            held.get::<_, bool>(0),
+            held.get::<_, i64>(1),
+            held.get::<_, i64>(2)
+        ),
+        (false, 3, 3)
+    );
+    // Held, not dropped: once the host has a key, its URLs go.
+    db.batch_execute("SELECT indexnow_add_host('keyless.example.com', 'cccccccc33')")
+        .unwrap();
+    wait_until("the held host is sent", SECONDS(20), || {
+        receiver.received().len() == 3
+    });
+    let last = receiver.received().pop().unwrap().request.unwrap();
+    assert_eq!(
+        (last.host.as_str(), last.key.as_str()),
+        ("keyless.example.com", "cccccccc33")
+    );
+}
+
+/// One answer class: what the endpoint says, and what must follow.
+struct Case {
+    what: &'static str,
+    reply: Reply,
+    session: &'static str,
+    /// `pushed`, `failed` or `held`
+    url_ends: &'static str,
+    pushes_status: i32,
+    note_has: &'static str,
+    /// the scope paused (`*` or the case's host) and the pause's length in seconds
+    pause: Option<(&'static str, f64)>,
+}
+
+#[test]
+fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
+    let receiver = receiver();
+    // The worker is off: the cases run through indexnow_push_now(), one at a time.
+    let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
+    let mut db = cluster.create_db_with_extension("site");
+    let hang = Reply::Hang { hang_ms: 3_000 };
+    let cases = vec![
+        Case {
+            what: "200",
+            reply: ok(),
+            session: "",
+            url_ends: "pushed",
+            pushes_status: 200,
+            note_has: "",
+            pause: None,
+        },
+        Case {
+            what: "202",
+            reply: status(202, None, ""),
+            session: "",
+            url_ends: "pushed",
+            pushes_status: 202,
+            note_has: "",
+            pause: None,
+        },
+        Case {
+            what: "400",
+            reply: status(400, None, "Invalid format"),
+            session: "",
+            url_ends: "failed",
+            pushes_status: 400,
+            note_has: "Invalid format",
+            pause: None,
+        },
+        Case {
+            what: "403",
+            reply: status(403, None, "key not valid"),
+            session: "",
+            url_ends: "failed",
+            pushes_status: 403,
+            note_has: "key not valid",
+            pause: None,
+        },
+        Case {
+            what: "422",
+            reply: status(422, None, "URLs do not belong to the host"),
+            session: "",
+            url_ends: "failed",
+            pushes_status: 422,
+            note_has: "do not belong",
+            pause: None,
+        },
+        Case {
+            what: "403 SiteVerificationNotCompleted",
+            reply: status(403, None, r#"{"code":"SiteVerificationNotCompleted"}"#),
+            session: "",
+            url_ends: "held",
+            pushes_status: 403,
+            note_has: "SiteVerificationNotCompleted",
+            pause: Some(("host", 900.0)),
+        },
+        Case {
+            what: "429 with Retry-After",
+            reply: status(429, Some("120"), ""),
+            session: "",
+            url_ends: "held",
+            pushes_status: 429,
+            note_has: "429",
+            pause: Some(("*", 120.0)),
+        },
+        Case {
+            what: "429 without Retry-After",
+            reply: status(429, None, ""),
+            session: "",
+            url_ends: "held",
+            pushes_status: 429,
+            note_has: "429",
+            pause: Some(("*", 3600.0)),
+        },
+        Case {
+            what: "500",
+            reply: status(500, None, "oops"),
+            session: "",
+            url_ends: "held",
+            pushes_status: 500,
+            note_has: "oops",
+            pause: Some(("*", 900.0)),
+        },
+        Case {
+            what: "timeout",
+            reply: hang,
+            session: "SET indexnow.http_timeout = '500ms'",
+            url_ends: "held",
+            pushes_status: 0,
+            note_has: "timeout",
+            pause: Some(("*", 900.0)),
+        },
+        Case {
+            what: "refused connection",
+            reply: ok(),
+            session: "SET indexnow.endpoint = 'http://127.0.0.1:9/indexnow'",
+            url_ends: "held",
+            pushes_status: 0,
+            note_has: "no connection",
+            pause: Some(("*", 900.0)),
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let what = case.what;
+        let host = format!("case{i}.example.com");
+        let url = format!("https://{host}/page");
+        db.batch_execute(&format!(
+            "RESET ALL; SET indexnow.enabled = on; {}; DELETE FROM indexnow_backoff; \
+             UPDATE indexnow_hosts SET enabled = false; \
+             SELECT indexnow_add_host('{host}', 'casekey{i}x'); SELECT indexnow_queue('{url}');",
+            case.session
+        ))
+        .unwrap();
+        receiver.script([case.reply.clone()]);
+        let sent = db
+            .query(
+                "SELECT host, requests, url_count FROM indexnow_push_now()",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(sent.len(), 1, "{what}: one host sent");
+        assert_eq!(sent[0].get::<_, String>(0), host, "{what}");
+        assert_eq!(sent[0].get::<_, i32>(1), 1, "{what}: one request");
+
+        let row = db
+            .query_one(
+                "SELECT request_seq > settled_seq, last_pushed_at IS NOT NULL, failed_status, \
+                        failed_note, claimed_until IS NULL FROM indexnow_urls WHERE url = $1",
+                &[&url],
+            )
+            .unwrap();
+        let (pending, pushed) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
+        let failed_status: Option<i32> = row.get(2);
+        match case.url_ends {
+            "pushed" => assert!(!pending && pushed && failed_status.is_none(), "{what}"),
+            "failed" => {
+                assert!(!pending && !pushed, "{what}: settled, not pushed");
+                assert_eq!(failed_status, Some(case.pushes_status), "{what}");
+                let note: String = row.get(3);
+                assert!(note.contains(case.note_has), "{what}: {note}");
+            }
+            _ => assert!(
+                pending && !pushed && failed_status.is_none(),
+                "{what}: still due"
+            ),
+        }
+        assert!(row.get::<_, bool>(4), "{what}: no lease left behind");
+
+        let push = db
+            .query_one(
+                "SELECT status, coalesce(note, ''), url_count FROM indexnow_pushes \
+                  WHERE host = $1 ORDER BY id DESC LIMIT 1",
+                &[&host],
+            )
+            .unwrap();
+        assert_eq!(push.get::<_, i32>(0), case.pushes_status, "{what}");
+        assert!(push.get::<_, String>(1).contains(case.note_has), "{what}");
+        assert_eq!(push.get::<_, i32>(2), 1, "{what}");
+
+        let pauses = db
+            .query(
+                "SELECT scope, extract(epoch FROM until - now())::float8 FROM indexnow_backoff",
+                &[],
+            )
+            .unwrap();
+        match case.pause {
+            None => assert!(pauses.is_empty(), "{what}: no pause"),
+            Some((scope, secs)) => {
+                assert_eq!(pauses.len(), 1, "{what}");
+                let want_scope = if scope == "host" { host.as_str() } else { "*" };
+                assert_eq!(pauses[0].get::<_, String>(0), want_scope, "{what}");
+                let left: f64 = pauses[0].get(1);
+                assert!(left > secs - 10.0 && left <= secs + 1.0, "{what}: {left} s");
+            }
+        }
+
+        let status = db
+            .query_one(
+                "SELECT pending, failed, backoff_until IS NOT NULL, last_status \
+                   FROM indexnow_status() WHERE host = $1",
+                &[&host],
+            )
+            .unwrap();
+        let want = match case.url_ends {
+            "pushed" => (0, 0),
+            "failed" => (0, 1),
+            _ => (1, 0),
+        };
+        assert_eq!(
+            (status.get::<_, i64>(0), status.get::<_, i64>(1)),
+            want,
+            "{what}"
+        );
+        assert_eq!(status.get::<_, bool>(2), case.pause.is_some(), "{what}");
+        assert_eq!(
+            status.get::<_, Option<i32>>(3),
+            Some(case.pushes_status),
+            "{what}"
+        );
+    }
+    // Paused (by the last case): a further pass sends nothing, the URLs stay due.
+    db.batch_execute("SELECT indexnow_queue('https://case10.example.com/later')")
+        .unwrap();
+    let before = receiver.arrived();
+    let sent = count(&mut db, "SELECT count(*) FROM indexnow_push_now()");
+    assert_eq!(
+        (sent, receiver.arrived()),
+        (0, before),
+        "paused: nothing sent"
+    );
+}
+
+/// A watched content table for the tests that save pages while a push is in flight.
+fn pages(db: &mut postgres::Client) {
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, body text); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}');"
+    ))
+    .unwrap();
+}
+
+#[test]
+fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '10s'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    pages(&mut db);
+    receiver.script([Reply::Hang { hang_ms: 3_000 }]);
+    db.batch_execute("INSERT INTO pages VALUES (1, 'news', 'first')")
+        .unwrap();
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    let started = Instant::now();
+    db.batch_execute("UPDATE pages SET body = 'second' WHERE id = 1")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < SECONDS(1), "the save waited {took:?} for the push");
+    assert_eq!(
+        receiver.received().len(),
+        0,
+        "the first push is still in flight"
+    );
+    // The change made during the push is sent after it: the push settled only what it carried.
+    wait_until("the URL is sent again", SECONDS(20), || {
+        receiver.received().len() == 2
+    });
+    let urls = accepted_urls(&receiver.received());
+    assert_eq!(urls.get("https://www.example.com/news"), Some(&2));
+    let row = db
+        .query_one(
+            "SELECT request_seq = settled_seq, pushed_changed_at = changed_at FROM indexnow_urls",
+            &[],
+        )
+        .unwrap();
+    assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1));
+}
+
+fn worker_pid(db: &mut postgres::Client, datname: &str) -> Option<i32> {
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    db.query_opt(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = $1",
+        &[&datname],
+    )
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+#[test]
+fn sigkill_mid_push_loses_nothing_and_resends_nothing_accepted() {
+    let receiver = receiver();
+    // batches of 5; the lease is http_timeout + 10 s
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.batch_size = 5", "indexnow.http_timeout = '3s'"],
+    );
+    let mut db = cluster.create_db_with_extension("killed");
+    // The first batch is accepted, the second hangs until the worker is killed.
+    receiver.script([ok(), Reply::Hang { hang_ms: 60_000 }]);
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/k/' || g) FROM generate_series(1, 15) g;"
+    ))
+    .unwrap();
+    wait_until("the second batch hangs", SECONDS(20), || {
+        receiver.arrived() == 2
+    });
+    let pid = worker_pid(&mut db, "killed").expect("a worker serves the database");
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    drop(db);
+    // The postmaster restarts every process; the lease of the hung batch runs out; all is sent.
+    wait_until("all 15 URLs are accepted", SECONDS(90), || {
+        accepted_urls(&receiver.received()).len() == 15
+    });
+    let urls = accepted_urls(&receiver.received());
+    let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dupes.is_empty(), "sent twice after a success: {dupes:?}");
+    let mut db = cluster.connect("killed");
+    let left = count(
+        &mut db,
+        "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+    );
+    assert_eq!(left, 0);
+    assert!(cluster.log().contains("was terminated by signal 9"));
+}
+
+#[test]
+fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
+    let receiver = receiver();
+    receiver.set_default(Reply::Hang { hang_ms: 200 }); // a slow endpoint: the senders overlap
+    let cluster = cluster(&receiver, &["indexnow.batch_size = 10"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 100) g;"
+    ))
+    .unwrap();
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let conninfo = cluster.conninfo("site");
+            std::thread::spawn(move || {
+                let mut c = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
+                c.query("SELECT * FROM indexnow_push_now()", &[])
+                    .unwrap()
+                    .len()
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().unwrap();
+    }
+    wait_until("100 URLs arrive", SECONDS(30), || {
+        accepted_urls(&receiver.received()).len() == 100
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let urls = accepted_urls(&receiver.received());
+    let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dupes.is_empty(), "sent twice: {dupes:?}");
+    let recorded = count(
+        &mut db,
+        "SELECT sum(url_count)::bigint FROM indexnow_pushes",
+    );
+    assert_eq!(recorded, 100);
+}
+
+#[test]
+fn a_server_restart_loses_nothing_and_keeps_a_pause() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
+    ))
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        receiver.arrived(),
+        0,
+        "indexnow.enabled = off sends nothing"
+    );
+    let worker: String = db
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(worker.contains("indexnow.enabled is off"), "{worker}");
+    // A 429 with Retry-After pauses all sending, in the database.
+    receiver.script([status(429, Some("4"), "slow down")]);
+    db.batch_execute("SET indexnow.enabled = on; SELECT indexnow_push_now()")
+        .unwrap();
+    let throttled_at = Instant::now();
+    drop(db);
+    cluster.restart();
+    let mut db = cluster.connect("site");
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 3);
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_backoff"), 1);
+    db.batch_execute("ALTER SYSTEM SET indexnow.enabled = on")
+        .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("the URLs are sent after the pause", SECONDS(30), || {
+        accepted_urls(&receiver.received()).len() == 3
+    });
+    assert!(
+        throttled_at.elapsed() >= Duration::from_millis(3_500),
+        "sent {:?} after a 4 s pause began",
+        throttled_at.elapsed()
+    );
+}
+
+#[test]
+fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut dbs: Vec<_> = ["one", "two"]
+        .iter()
+        .map(|name| (name.to_string(), cluster.create_db_with_extension(name)))
+        .collect();
+    for (i, (_, db)) in dbs.iter_mut().enumerate() {
+        db.batch_execute(&format!(
+            "SELECT indexnow_add_host('site{i}.example.com', 'databasekey{i}'); \
+             SELECT indexnow_queue('https://site{i}.example.com/page');"
+        ))
+        .unwrap();
+    }
+    wait_until("both databases are served", SECONDS(30), || {
+        receiver.received().len() == 2
+    });
+    let keys: HashSet<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.request.as_ref().unwrap().key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        HashSet::from(["databasekey0".into(), "databasekey1".into()])
+    );
+    let (_, two) = &mut dbs[1];
+    assert!(worker_pid(two, "two").is_some());
+    two.batch_execute("DROP EXTENSION indexnow").unwrap();
+    let mut admin = cluster.connect("postgres");
+    wait_until(
+        "the worker of the dropped extension exits",
+        SECONDS(30),
+        || worker_pid(&mut admin, "two").is_none(),
+    );
+    wait_until("no worker where there is no extension", SECONDS(30), || {
+        worker_pid(&mut admin, "postgres").is_none()
+    });
+    let (_, one) = &mut dbs[0];
+    let state: String = one
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(state.starts_with("running"), "{state}");
+}
+
+#[test]
+fn dry_run_sends_nothing_and_records_every_decision_once() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.dry_run = on"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
+    ))
+    .unwrap();
+    wait_until("the decision is recorded", SECONDS(20), || {
+        count(&mut db, "SELECT count(*) FROM indexnow_pushes") > 0
+    });
+    std::thread::sleep(Duration::from_secs(1)); // five more passes decide nothing new
+    let decided = db
+        .query_one(
+            "SELECT count(*), sum(url_count)::bigint, max(status), max(note) FROM indexnow_pushes",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(decided.get::<_, i64>(0), 1);
+    assert_eq!(decided.get::<_, i64>(1), 3);
+    assert_eq!(decided.get::<_, i32>(2), 0);
+    assert_eq!(decided.get::<_, String>(3), "dry_run");
+    assert_eq!(receiver.arrived(), 0, "no request in a dry run");
+    let pending = count(&mut db, "SELECT pending FROM indexnow_status()");
+    assert_eq!(
+        pending, 3,
+        "a dry run tells no search engine: the URLs stay queued"
+    );
+    db.batch_execute("ALTER SYSTEM SET indexnow.dry_run = off")
+        .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("sent for real", SECONDS(20), || {
+        accepted_urls(&receiver.received()).len() == 3
+    });
+}
+
+#[test]
+fn without_preloading_push_now_sends_status_says_why_and_history_is_pruned() {
+    let receiver = receiver();
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: sending_conf(&receiver.endpoint(), &[]),
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/p/1'); \
+         INSERT INTO indexnow_pushes (pushed_at, host, url_count, status) \
+              VALUES (now() - interval '31 days', '{HOST}', 1, 200), \
+                     (now() - interval '29 days', '{HOST}', 1, 200);"
+    ))
+    .unwrap();
+    let worker: String = db
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        worker.contains("not in shared_preload_libraries"),
+        "{worker}"
+    );
+    let sent = db
+        .query_one("SELECT url_count, status FROM indexnow_push_now()", &[])
+        .unwrap();
+    assert_eq!(
+        (sent.get::<_, i64>(0), sent.get::<_, Option<i32>>(1)),
+        (1, Some(200))
+    );
+    assert_eq!(accepted_urls(&receiver.received()).len(), 1);
+    let kept = count(
+        &mut db,
+        "SELECT count(*) FROM indexnow_pushes WHERE pushed_at < now() - interval '30 days'",
+    );
+    assert_eq!(kept, 0, "older than history_days: pruned");
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_pushes"), 2);
+}
+
+#[test]
+fn scheduled_pages_are_re_read_at_send_time() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, status text NOT NULL, \
+                             published_at timestamptz); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}', \
+                               visible => $$status = 'published'$$, publish_at => 'published_at'); \
+         INSERT INTO posts SELECT g, 'post-' || g, 'published', now() + interval '1 second' \
+           FROM generate_series(1, 4) g;"
+    ))
+    .unwrap();
+    // Writes the triggers do not see (a restore, a replica-mode maintenance script).
+    db.batch_execute(
+        "SET session_replication_role = replica; \
+         UPDATE posts SET published_at = now() + interval '1 day' WHERE id = 1; \
+         DELETE FROM posts WHERE id = 2; \
+         UPDATE posts SET status = 'draft' WHERE id = 3; \
+         RESET session_replication_role;",
+    )
+    .unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"
+        ),
+        4,
+        "the queue did not see those writes"
+    );
+    std::thread::sleep(Duration::from_millis(1_200)); // the original publication time passes
+    db.batch_execute("SET indexnow.enabled = on").unwrap();
+    let sent = count(
+        &mut db,
+        "SELECT coalesce(sum(url_count), 0)::bigint FROM indexnow_push_now()",
+    );
+    assert_eq!(sent, 1);
+    let urls: Vec<String> = accepted_urls(&receiver.received()).into_keys().collect();
+    assert_eq!(urls, vec!["https://www.example.com/post-4".to_string()]);
+    let rows = db
+        .query(
+            "SELECT url, request_seq > settled_seq, available_at > now() + interval '23 hours' \
+               FROM indexnow_urls ORDER BY url",
+            &[],
+        )
+        .unwrap();
+    let got: Vec<(String, bool, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want = |slug: &str, pending: bool, moved: bool| {
+        (format!("https://www.example.com/{slug}"), pending, moved)
+    };
+    assert_eq!(
+        got,
+        vec![
+            want("post-1", true, true),   // rescheduled: waits for its new time
+            want("post-2", false, false), // gone before its time: never public, never sent
+            want("post-3", false, false), // hidden before its time: likewise
+            want("post-4", false, false), // sent
+        ]
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM indexnow_push_now()"),
+        0
+    );
+}
+
+#[test]
+fn nothing_is_sent_on_a_hot_standby_until_promotion() {
+    let receiver = receiver();
+    // The primary queues but does not send; its standby would send if it could.
+    let primary = cluster(&receiver, &["indexnow.enabled = off"]);
+    let mut db = primary.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
+    ))
+    .unwrap();
+    let standby = Cluster::standby_of(&primary, &["indexnow.enabled = on"]);
+    let mut replica = standby.connect("site");
+    wait_until("the queue is replicated", SECONDS(30), || {
+        count(&mut replica, "SELECT count(*) FROM indexnow_urls") == 3
+    });
+    std::thread::sleep(Duration::from_millis(1_500)); // several naptimes
+    assert_eq!(receiver.arrived(), 0, "a hot standby sends nothing");
+    let worker: String = replica
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(worker.contains("hot standby"), "{worker}");
+    drop(db);
+    drop(primary);
+    standby.promote();
+    wait_until("the promoted server sends", SECONDS(30), || {
+        accepted_urls(&receiver.received()).len() == 3
+    });
+}
