@@ -2,20 +2,35 @@
 # The demo: a throwaway cluster with indexnow preloaded, a small bilingual site (Thai and English
 # URLs of one pages table), and what the database queues as the site is edited: saves, an
 # admin-only change, a bulk UPDATE, a slug change, a translation, an unpublish, a delete, a
-# scheduled post, a bad URL. Ends with indexnow_status().
-# Sending (the worker, a local IndexNow receiver) joins the demo with the sending issue.
+# scheduled post, a bad URL; then what the worker sent to a local IndexNow receiver, a 429 that
+# pauses sending, and indexnow_status().
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-echo "[demo] building and installing the extension"
+echo "[demo] building and installing the extension and the local IndexNow receiver"
 cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1
+cargo build --release -q -p indexnow-receiver
 
 source scripts/cluster.sh
 dir=/tmp/indexnow-demo
+rport=$(free_port)
+target/release/indexnow-receiver --listen "127.0.0.1:$rport" >/dev/null &
+receiver=$!
 port=$(free_port)
-cluster_start "$dir" "$port"
-trap 'cluster_stop "$dir"' EXIT
-echo "[demo] cluster on 127.0.0.1:$port (data in $dir)"
+while [ "$port" = "$rport" ]; do sleep 0.2; port=$(free_port); done
+# A short debounce so the demo does not wait two minutes for the edits to be quiet.
+cluster_start "$dir" "$port" "indexnow.endpoint = 'http://127.0.0.1:$rport/indexnow'" \
+  "indexnow.debounce = '3s'" "indexnow.naptime = '1s'"
+trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
+echo "[demo] cluster on 127.0.0.1:$port (data in $dir), receiver on 127.0.0.1:$rport"
+
+# Talks to the receiver with bash alone: receiver METHOD PATH [BODY]
+receiver() {
+  exec 3<>"/dev/tcp/127.0.0.1/$rport"
+  printf '%s %s HTTP/1.0\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#3}" "${3:-}" >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
 
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -X "$@"; }
 psql -e <<'SQL'
@@ -74,6 +89,26 @@ SELECT indexnow_queue('http://10.0.0.5/admin');
 SELECT url, reason, request_seq - settled_seq AS requests,
        CASE WHEN available_at > now() THEN 'at ' || available_at::timestamp(0) ELSE 'now' END AS sendable
   FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url;
-SET indexnow.debounce = 0;   -- as if two quiet minutes had passed
 SELECT host, has_key, pending, due_now, next_due_at::timestamp(0), worker FROM indexnow_status();
+
+-- The worker was woken at each commit; once the pages are quiet for the debounce it sends.
+SELECT pg_sleep(5);
+SELECT host, url_count, status, duration FROM indexnow_pushes ORDER BY id;
+SELECT url, reason, last_pushed_at IS NOT NULL AS pushed,
+       CASE WHEN request_seq > settled_seq THEN 'pending' ELSE '' END AS still
+  FROM indexnow_urls ORDER BY url;
+SQL
+
+echo "[demo] what the receiver got (the request body, as the real API would see it):"
+receiver GET /__received | head -c 900; echo
+
+echo "[demo] the endpoint now answers 429 with Retry-After: 600; a new edit is held, not lost"
+receiver POST /__script '[{"status":429,"retry_after":"600","body":"slow down"}]' >/dev/null
+psql -e <<'SQL'
+UPDATE pages SET body = body || ' (again)' WHERE slug = 'welcome-home';
+SELECT pg_sleep(5);
+SELECT host, url_count, status, note FROM indexnow_pushes ORDER BY id DESC LIMIT 1;
+SELECT scope, until::timestamp(0), status FROM indexnow_backoff;
+SELECT host, pending, due_now, failed, last_status, backoff_until::timestamp(0), worker
+  FROM indexnow_status();
 SQL

@@ -49,9 +49,13 @@ CREATE TABLE indexnow_urls (
 -- the page that update is HOT, writing no index entry. Measured: draining 200,000 URLs took
 -- 8.9 s at the default fillfactor, 6.1-7.3 s at 70.
 
--- The due query's index: only pending rows are in it, ordered by what the debounce compares, so
--- an idle pass reads nothing when nothing is pending and only the quiet rows otherwise.
-CREATE INDEX indexnow_urls_pending ON indexnow_urls (changed_at) WHERE request_seq > settled_seq;
+-- The due query's index: only pending rows are in it, per host (a sender claims one host's batch
+-- at a time) and ordered by what the debounce compares, so an idle pass reads nothing when nothing
+-- is pending and a claim reads only that host's quiet rows. (Measured with changed_at alone:
+-- draining 1,000,000 URLs of two interleaved hosts slowed as it went, each claim of one host
+-- walking past the other host's pending rows; 18,800 URLs/s.)
+CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
+    WHERE request_seq > settled_seq;
 
 -- What indexnow_watch() set up: one row per watched table and URL pattern, with the SQL it
 -- generated for each trigger event (run by indexnow_capture(), see capture.sql) and for reconcile.

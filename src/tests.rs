@@ -271,11 +271,20 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     )
     .unwrap();
     Spi::run("ANALYZE indexnow_urls").unwrap();
+    // The query a sender claims with (push_now's form: a plain read of one host's due rows).
     let plan = || {
         let [d, g, r] = crate::guc::due_rule().sql_args();
         let explain = Spi::explain_with_args(
-            &crate::queue::due::select_due_sql(),
-            &[now().into(), d.into(), g.into(), r.into()],
+            &crate::send::sql::claim_by_reading(),
+            &[
+                now().into(),
+                d.into(),
+                g.into(),
+                r.into(),
+                false.into(),
+                "www.example.com".into(),
+                10_000i64.into(),
+            ],
         )
         .unwrap();
         serde_json::to_string(&explain.0).unwrap()
@@ -290,8 +299,11 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     assert_eq!(
         count(&format!(
             "SELECT count(*) FROM ({}) d",
-            crate::queue::due::select_due_sql()
+            crate::send::sql::claim_by_reading()
                 .replace("$1", "now()")
+                .replace("$5", "false")
+                .replace("$6", "'www.example.com'")
+                .replace("$7", "10000")
                 .replace("$2", "120")
                 .replace("$3", "3600")
                 .replace("$4", "86400")

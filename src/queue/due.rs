@@ -11,11 +11,11 @@
 //!
 //! The rule has two forms that must agree: [`DueRule::due_at`] in plain Rust (table-tested below,
 //! no Postgres needed) and [`DUE_SQL`]/[`DUE_AT_SQL`] over `indexnow_urls` for the queries that
-//! pick due rows with the `indexnow_urls_pending` index. A `#[pg_test]` runs the same table of
+//! pick due rows with the `indexnow_urls_pending` index (`crate::send::sql`, `indexnow_status()`). A `#[pg_test]` runs the same table of
 //! cases through both forms.
 
-// The sending pass (worker, indexnow_push_now) is the next issue; until then the SQL form is used
-// by indexnow_status() and the Rust form by the tests.
+// The Rust form is the executable statement of the rule that the SQL form is tested against: only
+// the tests call it.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -105,11 +105,6 @@ pub const DUE_AT_SQL: &str = "(CASE WHEN request_seq > settled_seq THEN greatest
      available_at, \
      last_pushed_at + make_interval(secs => \
           CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END)) END)";
-
-/// The due rows, longest quiet first: what a sending pass picks from. Same arguments.
-pub fn select_due_sql() -> String {
-    format!("SELECT url_hash FROM indexnow_urls WHERE {DUE_SQL} ORDER BY changed_at")
-}
 
 #[cfg(any(test, feature = "pg_test"))]
 pub mod cases {

@@ -28,7 +28,7 @@
 //!   Content saves never wait on the pass lock: only senders take it.
 
 mod push_now;
-mod sql;
+pub(crate) mod sql;
 
 use crate::guc;
 use crate::queue::due::DueRule;

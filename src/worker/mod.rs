@@ -8,12 +8,15 @@
 //! - A database worker exits when its database has no `indexnow` extension (also after a
 //!   `DROP EXTENSION`); the launcher then leaves that database alone until the next
 //!   `CREATE EXTENSION` anywhere, or a minute has passed.
+//! - `DROP DATABASE` stops that database's worker first (`ddl.rs`): PostgreSQL refuses to drop a
+//!   database someone is connected to.
 //! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
 //!   sent; after promotion the launcher starts and serves every database.
 //! - A worker runs a pass (`crate::send`), then sleeps until the next row becomes due or
 //!   `naptime`, whichever is sooner; a commit that queued something wakes it. SIGHUP reloads the
 //!   settings; SIGTERM ends it between two requests.
 
+mod ddl;
 pub mod registry;
 mod wake;
 
@@ -49,6 +52,7 @@ const LAUNCHER_TYPE: &str = "indexnow launcher";
 pub fn register_at_preload() {
     PRELOADED.store(true, Ordering::Relaxed);
     registry::init();
+    ddl::install();
     BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
         .set_type(LAUNCHER_TYPE)
         .set_library("indexnow")
@@ -79,7 +83,7 @@ pub fn state_for_status() -> String {
                 State::Idle => "idle",
                 State::Sending => "sending",
                 State::Disabled => "idle: indexnow.enabled is off",
-                State::Free | State::NoExtension => "stopping",
+                State::Free | State::NoExtension | State::Stopped => "stopping",
             };
             format!("running: {state} (pid {})", slot.pid)
         }
@@ -114,7 +118,7 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
             Ok(_) => true,
             Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
             Err(_) => {
-                if registry::exited_without_extension(*db) {
+                if registry::left_alone(*db) {
                     without_extension.insert(*db, (started.generation, Instant::now()));
                 }
                 false

@@ -21,6 +21,8 @@ pub enum State {
     Disabled,
     /// The worker exited: its database has no `indexnow` extension.
     NoExtension,
+    /// The worker was told to stop: its database is being dropped.
+    Stopped,
 }
 
 #[derive(Copy, Clone)]
@@ -135,19 +137,43 @@ pub fn set_state(db: u32, state: State) {
     let pid = unsafe { pg_sys::MyProcPid };
     let mut r = REGISTRY.exclusive();
     if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == pid) {
-        s.state = state;
+        if s.state != State::Stopped {
+            s.state = state;
+        }
     }
 }
 
-/// Did the last worker of `db` exit because the extension is not installed there?
-pub fn exited_without_extension(db: u32) -> bool {
+/// Should the launcher leave `db` alone for a while: did its last worker exit because the
+/// extension is not installed there, or because the database is being dropped?
+pub fn left_alone(db: u32) -> bool {
     REGISTRY
         .share()
         .slots
         .iter()
-        .any(|s| s.db == db && s.state == State::NoExtension)
+        .any(|s| s.db == db && matches!(s.state, State::NoExtension | State::Stopped))
 }
 
+/// Asks the worker of `db` to stop, and waits up to five seconds for it to go.
+pub fn stop_worker(db: u32) {
+    let Some(slot) = worker_of(db) else {
+        return;
+    };
+    {
+        let mut r = REGISTRY.exclusive();
+        if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == slot.pid) {
+            s.state = State::Stopped;
+        }
+    }
+    unsafe { libc_kill(slot.pid, pg_sys::SIGTERM as i32) };
+    for _ in 0..500 {
+        if !process_alive(slot.pid) {
+            return;
+        }
+        unsafe { pg_sys::pg_usleep(10_000) };
+    }
+}
+
+/// This worker exits; a stop request (state `Stopped`) is kept for the launcher to see.
 pub fn leave(db: u32) {
     set_state(db, State::Free);
 }

@@ -10,8 +10,9 @@
 //!
 //! A request that passes is answered as scripted: the next answer queued with `POST /__script`
 //! (a JSON array), else the default answer (`PUT /__default`, initially 200). An answer is
-//! `{"status": 429, "retry_after": "120", "body": "..."}` or `{"hang_ms": 5000}` (answer 200 after
-//! that long). `GET /__received` lists every request (valid or not) with the answer it got;
+//! `{"status": 429, "retry_after": "120", "body": "..."}`, `{"hang_ms": 5000}` (answer 200 after
+//! that long) or `{"drop": true}` (no HTTP answer at all: the exchange breaks off, see
+//! [`Reply::Drop`]). `GET /__received` lists every request (valid or not) with the answer it got;
 //! `POST /__reset` forgets requests, script and default.
 
 use indexnow_protocol::{
@@ -19,6 +20,7 @@ use indexnow_protocol::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +38,12 @@ pub enum Reply {
     },
     Hang {
         hang_ms: u64,
+    },
+    /// No HTTP answer: the bytes sent back are not a status line, and nothing more comes. (tiny_http
+    /// keeps a connection it serves open for the next request, so the socket itself cannot be
+    /// closed from here; the client sees its exchange break off, as when a proxy drops it.)
+    Drop {
+        drop: bool,
     },
 }
 
@@ -227,6 +235,7 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
         let status = match &reply {
             Reply::Status { status, .. } => *status,
             Reply::Hang { .. } => 200,
+            Reply::Drop { .. } => 0,
         };
         let (req, problem) = match checked {
             Ok(r) => (Some(r), None),
@@ -242,6 +251,13 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
         )
     };
     let response = match reply {
+        Reply::Drop { .. } => {
+            state.lock().unwrap().received.push(record);
+            let mut raw = request.into_writer();
+            let _ = raw.write_all(b"\x00\x00 connection dropped\r\n\r\n");
+            let _ = raw.flush();
+            return;
+        }
         Reply::Hang { hang_ms } => {
             std::thread::sleep(Duration::from_millis(hang_ms));
             text(200, "")
@@ -409,6 +425,21 @@ mod tests {
         assert_eq!(post(&agent(5_000), &r, &ok).unwrap().0, 200);
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(matches!(hung.join().unwrap(), Err(ureq::Error::Timeout(_))));
+    }
+
+    #[test]
+    fn a_dropped_exchange_gives_the_client_no_answer_at_once() {
+        let r = Receiver::start("127.0.0.1:0").unwrap();
+        r.script([Reply::Drop { drop: true }]);
+        let ok = body("www.example.com", &urls("www.example.com", 1));
+        let started = std::time::Instant::now();
+        let got = post(&agent(5_000), &r, &ok);
+        assert!(got.is_err(), "{got:?}");
+        assert!(!matches!(got, Err(ureq::Error::Timeout(_))), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(r.received()[0].status, 0);
+        // the next exchange is answered as usual
+        assert_eq!(post(&agent(5_000), &r, &ok).unwrap().0, 200);
     }
 
     #[test]

@@ -381,8 +381,8 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
         );
     }
     // Paused (by the last case): a further pass sends nothing, the URLs stay due.
-    db.batch_execute("SELECT indexnow_queue('https://case10.example.com/later')")
-        .unwrap();
+    let last = format!("https://case{}.example.com/later", cases.len() - 1);
+    db.execute("SELECT indexnow_queue($1)", &[&last]).unwrap();
     let before = receiver.arrived();
     let sent = count(&mut db, "SELECT count(*) FROM indexnow_push_now()");
     assert_eq!(
@@ -619,6 +619,10 @@ fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
         .unwrap()
         .get(0);
     assert!(state.starts_with("running"), "{state}");
+    // A served database can still be dropped: its worker gets out of the way.
+    drop(dbs);
+    assert!(worker_pid(&mut admin, "one").is_some());
+    admin.batch_execute("DROP DATABASE one").unwrap();
 }
 
 #[test]
