@@ -205,6 +205,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
             if session.told_to_stop() {
                 break 'hosts;
             }
+            let claim_started = Instant::now();
             let Some((taken, claimed)) = session.step(|| claim(session, &settings, &host.host))
             else {
                 break 'hosts; // another sender holds the pass lock: it will do the work
@@ -215,7 +216,15 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
             if claimed.len() == 0 {
                 continue; // the whole batch was scheduled pages the re-read took out
             }
+            let claim_took = claim_started.elapsed();
             let outcome = push(&client, &settings, &host, &claimed, session, &mut result);
+            debug1!(
+                "indexnow: {} URLs of {}: claimed in {:?}, pushed and recorded in {:?}",
+                claimed.len(),
+                host.host,
+                claim_took,
+                claim_started.elapsed() - claim_took
+            );
             match outcome {
                 Some(Outcome::PauseAll { .. }) => {
                     results.push(result);
@@ -260,6 +269,7 @@ fn push(
         (Some(answer), Some(outcome))
     };
     let took = started.elapsed().as_secs_f64();
+    let record_started = Instant::now();
     let status = answer.as_ref().map_or(0, |a| a.status_code() as i32);
     let note = match &outcome {
         None => "dry_run".to_string(),
@@ -269,6 +279,11 @@ fn push(
         | Some(Outcome::Refused { note }) => note.clone(),
     };
     session.step(|| record(&host.host, claimed, outcome.as_ref(), status, &note, took));
+    debug2!(
+        "indexnow: request to {} took {took:.3} s, recording it {:?}",
+        host.host,
+        record_started.elapsed()
+    );
     result.requests += 1;
     result.url_count += claimed.len() as i64;
     result.status = Some(status);
