@@ -37,6 +37,7 @@ unsafe extern "C-unwind" fn on_utility(
                 registry::stop_worker(db.to_u32());
             }
         }
+        // (pgrx wraps standard_ProcessUtility as a Rust function: it cannot stand in for a hook)
         match PREVIOUS {
             Some(previous) => previous(
                 pstmt,

@@ -108,33 +108,43 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
     log!("indexnow launcher started");
 
     let mut running: HashMap<u32, Started> = HashMap::new();
-    // Databases whose worker found no extension: the generation it started at, and when.
-    let mut without_extension: HashMap<u32, (u64, Instant)> = HashMap::new();
+    // Databases left alone (no extension, or being dropped): the generation to wait past, and
+    // since when.
+    let mut left_alone: HashMap<u32, (u64, Instant)> = HashMap::new();
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
+        let generation = registry::generation();
         running.retain(|db, started| match started.handle.pid() {
             Ok(_) => true,
             Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
             Err(_) => {
-                if registry::left_alone(*db) {
-                    without_extension.insert(*db, (started.generation, Instant::now()));
+                // Left alone until the next CREATE EXTENSION: one committed after this worker
+                // started may have come too late for it to see; a database being dropped waits
+                // for one committed from now on.
+                match registry::exit_reason(*db) {
+                    Some(State::NoExtension) => {
+                        left_alone.insert(*db, (started.generation, Instant::now()));
+                    }
+                    Some(State::Stopped) => {
+                        left_alone.insert(*db, (generation, Instant::now()));
+                    }
+                    _ => {}
                 }
                 false
             }
         });
-        let generation = registry::generation();
         for db in databases() {
             if running.contains_key(&db) {
                 continue;
             }
-            if let Some((seen, at)) = without_extension.get(&db) {
+            if let Some((seen, at)) = left_alone.get(&db) {
                 if *seen == generation && at.elapsed() < RECHECK_WITHOUT_EXTENSION {
                     continue;
                 }
             }
-            without_extension.remove(&db);
+            left_alone.remove(&db);
             match start_worker(db) {
                 Some(handle) => {
                     running.insert(db, Started { handle, generation });

@@ -143,14 +143,14 @@ pub fn set_state(db: u32, state: State) {
     }
 }
 
-/// Should the launcher leave `db` alone for a while: did its last worker exit because the
-/// extension is not installed there, or because the database is being dropped?
-pub fn left_alone(db: u32) -> bool {
+/// Why the last worker of `db` exited, when it said: `NoExtension` or `Stopped`.
+pub fn exit_reason(db: u32) -> Option<State> {
     REGISTRY
         .share()
         .slots
         .iter()
-        .any(|s| s.db == db && matches!(s.state, State::NoExtension | State::Stopped))
+        .find(|s| s.db == db && matches!(s.state, State::NoExtension | State::Stopped))
+        .map(|s| s.state)
 }
 
 /// Asks the worker of `db` to stop, and waits up to five seconds for it to go.

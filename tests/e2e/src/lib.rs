@@ -59,15 +59,29 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A new folder for a cluster on `port`, owned by the postgres user.
+fn cluster_dir(port: u16) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    run(
+        "chown",
+        Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]),
+    );
+    dir
+}
+
+/// Appends `lines` to the cluster's postgresql.conf (later lines win).
+fn append_conf(data: &std::path::Path, lines: &[String]) {
+    let conf_path = data.join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf_path).unwrap();
+    text.push_str(&format!("\n# indexnow-e2e\n{}\n", lines.join("\n")));
+    std::fs::write(&conf_path, text).unwrap();
+}
+
 impl Cluster {
     pub fn start(options: Options) -> Cluster {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        run(
-            "chown",
-            Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]),
-        );
+        let dir = cluster_dir(port);
         let data = dir.join("data");
         run(
             "initdb",
@@ -94,10 +108,7 @@ impl Cluster {
             conf.push("shared_preload_libraries = 'indexnow'".to_string());
         }
         conf.extend(options.conf);
-        let conf_path = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path).unwrap();
-        text.push_str(&format!("\n# indexnow-e2e\n{}\n", conf.join("\n")));
-        std::fs::write(&conf_path, text).unwrap();
+        append_conf(&data, &conf);
         let cluster = Cluster { dir, port };
         cluster.pg_ctl(&["start", "-w", "-t", "60"]);
         cluster
@@ -107,12 +118,7 @@ impl Cluster {
     /// primary's settings, so `conf` overrides them.
     pub fn standby_of(primary: &Cluster, conf: &[&str]) -> Cluster {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        run(
-            "chown",
-            Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]),
-        );
+        let dir = cluster_dir(port);
         let data = dir.join("data");
         run(
             "pg_basebackup",
@@ -137,10 +143,7 @@ impl Cluster {
             format!("unix_socket_directories = '{}'", dir.display()),
         ];
         lines.extend(conf.iter().map(|l| l.to_string()));
-        let conf_path = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path).unwrap();
-        text.push_str(&format!("\n# indexnow-e2e standby\n{}\n", lines.join("\n")));
-        std::fs::write(&conf_path, text).unwrap();
+        append_conf(&data, &lines);
         let standby = Cluster { dir, port };
         standby.pg_ctl(&["start", "-w", "-t", "60"]);
         standby

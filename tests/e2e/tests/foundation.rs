@@ -72,28 +72,31 @@ fn settings_reload_without_restart_into_open_sessions() {
 }
 
 #[test]
-fn status_tells_whether_the_library_is_preloaded() {
-    for (preload, want) in [
-        (
-            false,
-            "not running: indexnow is not in shared_preload_libraries",
-        ),
-        (
-            true,
-            "not running: this version of indexnow has no background worker yet",
-        ),
-    ] {
+fn status_tells_whether_the_worker_runs_and_why_not() {
+    for preload in [false, true] {
         let cluster = Cluster::start(Options {
             preload,
             conf: vec![],
         });
         let mut db = cluster.create_db_with_extension("site");
         db.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
-        let worker: String = db
-            .query_one("SELECT worker FROM indexnow_status()", &[])
-            .unwrap()
-            .get(0);
-        assert_eq!(worker, want, "preload = {preload}");
+        let mut worker = || -> String {
+            db.query_one("SELECT worker FROM indexnow_status()", &[])
+                .unwrap()
+                .get(0)
+        };
+        if preload {
+            indexnow_e2e::wait_until(
+                "the worker runs",
+                std::time::Duration::from_secs(30),
+                || worker().starts_with("running: idle (pid "),
+            );
+        } else {
+            assert_eq!(
+                worker(),
+                "not running: indexnow is not in shared_preload_libraries"
+            );
+        }
     }
 }
 

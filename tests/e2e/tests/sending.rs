@@ -36,6 +36,15 @@ fn status(code: u16, retry_after: Option<&str>, body: &str) -> Reply {
     }
 }
 
+/// Adds the test host with its key and queues `n` URLs under `path` of it, in one transaction.
+fn queue_for_host(db: &mut postgres::Client, path: &str, n: i32) {
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_queue('https://{HOST}{path}' || g) FROM generate_series(1, {n}) g;"
+    ))
+    .unwrap();
+}
+
 /// Every URL the receiver accepted (answered 2xx), with how many times.
 fn accepted_urls(received: &[Received]) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
@@ -460,11 +469,7 @@ fn sigkill_mid_push_loses_nothing_and_resends_nothing_accepted() {
     let mut db = cluster.create_db_with_extension("killed");
     // The first batch is accepted, the second hangs until the worker is killed.
     receiver.script([ok(), Reply::Hang { hang_ms: 60_000 }]);
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_queue('https://{HOST}/k/' || g) FROM generate_series(1, 15) g;"
-    ))
-    .unwrap();
+    queue_for_host(&mut db, "/k/", 15);
     wait_until("the second batch hangs", SECONDS(20), || {
         receiver.arrived() == 2
     });
@@ -497,11 +502,7 @@ fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
     receiver.set_default(Reply::Hang { hang_ms: 200 }); // a slow endpoint: the senders overlap
     let cluster = cluster(&receiver, &["indexnow.batch_size = 10"]);
     let mut db = cluster.create_db_with_extension("site");
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 100) g;"
-    ))
-    .unwrap();
+    queue_for_host(&mut db, "/p/", 100);
     let callers: Vec<_> = (0..2)
         .map(|_| {
             let conninfo = cluster.conninfo("site");
@@ -535,11 +536,7 @@ fn a_server_restart_loses_nothing_and_keeps_a_pause() {
     let receiver = receiver();
     let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
     let mut db = cluster.create_db_with_extension("site");
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
-    ))
-    .unwrap();
+    queue_for_host(&mut db, "/p/", 3);
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         receiver.arrived(),
@@ -630,11 +627,7 @@ fn dry_run_sends_nothing_and_records_every_decision_once() {
     let receiver = receiver();
     let cluster = cluster(&receiver, &["indexnow.dry_run = on"]);
     let mut db = cluster.create_db_with_extension("site");
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
-    ))
-    .unwrap();
+    queue_for_host(&mut db, "/p/", 3);
     wait_until("the decision is recorded", SECONDS(20), || {
         count(&mut db, "SELECT count(*) FROM indexnow_pushes") > 0
     });
@@ -779,11 +772,7 @@ fn nothing_is_sent_on_a_hot_standby_until_promotion() {
     // The primary queues but does not send; its standby would send if it could.
     let primary = cluster(&receiver, &["indexnow.enabled = off"]);
     let mut db = primary.create_db_with_extension("site");
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_queue('https://{HOST}/p/' || g) FROM generate_series(1, 3) g;"
-    ))
-    .unwrap();
+    queue_for_host(&mut db, "/p/", 3);
     let standby = Cluster::standby_of(&primary, &["indexnow.enabled = on"]);
     let mut replica = standby.connect("site");
     wait_until("the queue is replicated", SECONDS(30), || {
