@@ -26,8 +26,9 @@ echo "[demo] cluster on 127.0.0.1:$port (data in $dir), receiver on 127.0.0.1:$r
 
 # Talks to the receiver with bash alone: receiver METHOD PATH [BODY]
 receiver() {
+  local body=${3:-}
   exec 3<>"/dev/tcp/127.0.0.1/$rport"
-  printf '%s %s HTTP/1.0\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#3}" "${3:-}" >&3
+  printf '%s %s HTTP/1.0\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#body}" "$body" >&3
   sed '1,/^\r$/d' <&3
   exec 3<&-
 }
@@ -102,13 +103,17 @@ SQL
 echo "[demo] what the receiver got (the request body, as the real API would see it):"
 receiver GET /__received | head -c 900; echo
 
-echo "[demo] the endpoint now answers 429 with Retry-After: 600; a new edit is held, not lost"
+echo "[demo] the endpoint now answers 429 with Retry-After: 600; a new page is held, not lost"
 receiver POST /__script '[{"status":429,"retry_after":"600","body":"slow down"}]' >/dev/null
 psql -e <<'SQL'
+INSERT INTO pages (slug, title, body, title_en, body_en, status)
+  VALUES ('news-3', 'ข่าว 3', '...', 'News 3', '...', 'published');
+-- (an edit of a page pushed less than min_gap ago waits for min_gap: it is pending, not due)
 UPDATE pages SET body = body || ' (again)' WHERE slug = 'welcome-home';
 SELECT pg_sleep(5);
 SELECT host, url_count, status, note FROM indexnow_pushes ORDER BY id DESC LIMIT 1;
 SELECT scope, until::timestamp(0), status FROM indexnow_backoff;
+SELECT url, reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url;
 SELECT host, pending, due_now, failed, last_status, backoff_until::timestamp(0), worker
   FROM indexnow_status();
 SQL
