@@ -1,12 +1,13 @@
 //! `indexnow_status()`: what is pending, due, failed and paused, per host, and what the worker of
-//! this database is doing. It counts with the same due rule the worker sends by.
+//! this database is doing. With no host and nothing queued it returns one row whose `host` is
+//! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by.
 
 use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
 use pgrx::prelude::*;
 
 type StatusRow = (
-    String,
+    Option<String>,
     bool,
     bool,
     i64,
@@ -24,7 +25,7 @@ type StatusRow = (
 fn indexnow_status() -> TableIterator<
     'static,
     (
-        name!(host, String),
+        name!(host, Option<String>),
         name!(has_key, bool),
         name!(enabled, bool),
         name!(pending, i64),
@@ -77,7 +78,7 @@ fn indexnow_status() -> TableIterator<
             )?
             .map(|r| {
                 Ok((
-                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(1)?,
                     r.get::<bool>(2)?.unwrap_or(false),
                     r.get::<bool>(3)?.unwrap_or(false),
                     r.get::<i64>(4)?.unwrap_or(0),
@@ -93,5 +94,11 @@ fn indexnow_status() -> TableIterator<
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: status query failed: {e}"));
+    let rows = if rows.is_empty() {
+        // No host and nothing queued yet: still one row, so the worker's state can be seen.
+        vec![(None, false, false, 0, 0, 0, None, None, None, None, worker)]
+    } else {
+        rows
+    };
     TableIterator::new(rows)
 }

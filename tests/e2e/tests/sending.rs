@@ -792,3 +792,71 @@ fn nothing_is_sent_on_a_hot_standby_until_promotion() {
         accepted_urls(&receiver.received()).len() == 3
     });
 }
+
+#[test]
+fn a_commit_wakes_the_worker_without_waiting_for_naptime() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.naptime = '10min'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    let mut status = || -> String {
+        db.query_one("SELECT worker FROM indexnow_status()", &[])
+            .unwrap()
+            .get(0)
+    };
+    wait_until("the worker sleeps", SECONDS(30), || {
+        status().starts_with("running: idle")
+    });
+    let mut db = cluster.connect("site");
+    let started = Instant::now();
+    queue_for_host(&mut db, "/p/", 1);
+    wait_until("the URL is sent", SECONDS(30), || {
+        !receiver.received().is_empty()
+    });
+    assert!(
+        started.elapsed() < SECONDS(10),
+        "sent after {:?}: the worker slept on",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn push_now_holds_no_row_lock_across_its_request() {
+    let receiver = receiver();
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.enabled = off", "indexnow.http_timeout = '10s'"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    pages(&mut db);
+    db.batch_execute("INSERT INTO pages VALUES (1, 'news', 'first')")
+        .unwrap();
+    receiver.script([Reply::Hang { hang_ms: 3_000 }]);
+    let conninfo = cluster.conninfo("site");
+    let pushing = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
+        c.batch_execute("SET indexnow.enabled = on").unwrap();
+        c.query("SELECT * FROM indexnow_push_now()", &[])
+            .unwrap()
+            .len()
+    });
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    let started = Instant::now();
+    db.batch_execute("UPDATE pages SET body = 'second' WHERE id = 1")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < SECONDS(1), "the save waited {took:?} for push_now");
+    assert_eq!(pushing.join().unwrap(), 1);
+    let row = db
+        .query_one(
+            "SELECT request_seq > settled_seq, last_pushed_at IS NOT NULL FROM indexnow_urls",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, bool>(1)),
+        (true, true),
+        "pushed, and the save made during the push is still pending"
+    );
+}
