@@ -239,7 +239,9 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
         }
         results.push(result);
     }
-    session.step(|| prune(&settings));
+    if prune_due() {
+        session.step(|| prune(&settings));
+    }
     results.retain(|r| r.requests > 0);
     results
 }
@@ -577,6 +579,22 @@ fn record(
         Ok::<_, pgrx::spi::Error>(())
     });
     recorded.unwrap_or_else(|e| error!("indexnow: could not record a push to {host}: {e}"));
+}
+
+/// History is pruned at most once a minute per process: rows a day too old are no hurry, and an
+/// idle pass should read nothing it does not need.
+fn prune_due() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if last != 0 && now < last + 60 {
+        return false;
+    }
+    LAST.store(now, Ordering::Relaxed);
+    true
 }
 
 fn prune(settings: &Settings) {

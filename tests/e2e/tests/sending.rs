@@ -91,6 +91,13 @@ fn twenty_five_thousand_due_urls_arrive_as_three_posts_with_the_right_key() {
         );
     }
     assert!(accepted_urls(&received).values().all(|n| *n == 1));
+    // The worker records a push just after its answer arrives.
+    wait_until("the pushes are recorded", SECONDS(10), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
     let recorded = db
         .query_one(
             "SELECT count(*), sum(url_count)::bigint, min(status), max(status) FROM indexnow_pushes",
@@ -439,13 +446,17 @@ fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
     });
     let urls = accepted_urls(&receiver.received());
     assert_eq!(urls.get("https://www.example.com/news"), Some(&2));
-    let row = db
-        .query_one(
-            "SELECT request_seq = settled_seq, pushed_changed_at = changed_at FROM indexnow_urls",
-            &[],
-        )
-        .unwrap();
-    assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1));
+    // (recorded just after the answer arrives)
+    wait_until("the second push settles the URL", SECONDS(10), || {
+        let row = db
+            .query_one(
+                "SELECT request_seq = settled_seq, pushed_changed_at = changed_at \
+                   FROM indexnow_urls",
+                &[],
+            )
+            .unwrap();
+        row.get::<_, bool>(0) && row.get::<_, bool>(1)
+    });
 }
 
 fn worker_pid(db: &mut postgres::Client, datname: &str) -> Option<i32> {
@@ -488,11 +499,12 @@ fn sigkill_mid_push_loses_nothing_and_resends_nothing_accepted() {
     let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dupes.is_empty(), "sent twice after a success: {dupes:?}");
     let mut db = cluster.connect("killed");
-    let left = count(
-        &mut db,
-        "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-    );
-    assert_eq!(left, 0);
+    wait_until("every URL is settled", SECONDS(10), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
     assert!(cluster.log().contains("was terminated by signal 9"));
 }
 
@@ -524,11 +536,17 @@ fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
     let urls = accepted_urls(&receiver.received());
     let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dupes.is_empty(), "sent twice: {dupes:?}");
+    wait_until("every push is recorded", SECONDS(10), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
     let recorded = count(
         &mut db,
         "SELECT sum(url_count)::bigint FROM indexnow_pushes",
     );
-    assert_eq!(recorded, 100);
+    assert_eq!(recorded, 100, "one record per URL sent");
 }
 
 #[test]
