@@ -366,33 +366,8 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
 /// the URL from the current rows; a URL no row makes live now is taken out of the batch (see
 /// [`sql::withdraw`]). Costs a read of the watched table, only for batches holding such pages.
 fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
-    // The watches that derived live pages of this batch...
-    let mut watches: Vec<i32> = claimed
-        .watch_id
-        .iter()
-        .zip(&claimed.reason)
-        .filter(|(_, reason)| reason.parse::<Reason>().is_ok_and(|r| !r.is_removal()))
-        .filter_map(|(w, _)| *w)
-        .collect();
-    if watches.is_empty() {
-        return claimed;
-    }
-    watches.sort_unstable();
-    watches.dedup();
-    // ... those that schedule publication: id -> (search_path, recheck statement, the batch's
-    // URLs it derived)
-    type Groups = std::collections::BTreeMap<i32, (String, String, Vec<Vec<u8>>)>;
-    let mut groups: Groups = Spi::connect(|client| {
-        let mut groups = Groups::new();
-        for r in client.select(sql::SCHEDULING_WATCHES, None, &[watches.into()])? {
-            let id: i32 = r.get(1)?.unwrap_or_default();
-            let path = r.get(2)?.unwrap_or_default();
-            let recheck = r.get(3)?.unwrap_or_default();
-            groups.insert(id, (path, recheck, vec![]));
-        }
-        Ok::<_, pgrx::spi::Error>(groups)
-    })
-    .unwrap_or_else(|e| error!("indexnow: could not find the watches of a batch: {e}"));
+    // The batch's live pages, by the watch that derived them...
+    let mut by_watch: std::collections::BTreeMap<i32, Vec<Vec<u8>>> = Default::default();
     for ((hash, watch), reason) in claimed
         .url_hash
         .iter()
@@ -400,10 +375,29 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
         .zip(&claimed.reason)
     {
         let live = reason.parse::<Reason>().is_ok_and(|r| !r.is_removal());
-        if let (true, Some(group)) = (live, watch.and_then(|w| groups.get_mut(&w))) {
-            group.2.push(hash.clone());
+        if let (true, Some(watch)) = (live, watch) {
+            by_watch.entry(*watch).or_default().push(hash.clone());
         }
     }
+    if by_watch.is_empty() {
+        return claimed;
+    }
+    // ... of the watches that schedule publication: (search_path, recheck statement, URLs)
+    let watches: Vec<i32> = by_watch.keys().copied().collect();
+    let groups: Vec<(String, String, Vec<Vec<u8>>)> = Spi::connect(|client| {
+        let mut groups = vec![];
+        for r in client.select(sql::SCHEDULING_WATCHES, None, &[watches.into()])? {
+            let id: i32 = r.get(1)?.unwrap_or_default();
+            let hashes = by_watch.remove(&id).unwrap_or_default();
+            groups.push((
+                r.get(2)?.unwrap_or_default(),
+                r.get(3)?.unwrap_or_default(),
+                hashes,
+            ));
+        }
+        Ok::<_, pgrx::spi::Error>(groups)
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not find the watches of a batch: {e}"));
     if groups.is_empty() {
         return claimed;
     }
@@ -413,11 +407,8 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
     let our_path: Option<String> = Spi::get_one("SELECT current_setting('search_path')")
         .ok()
         .flatten();
-    for (search_path, recheck, hashes) in groups.into_values() {
-        if hashes.is_empty() {
-            continue;
-        }
-        let reread = catching_errors(|| {
+    for (search_path, recheck, hashes) in groups {
+        let reread = in_subtransaction(|| {
             Spi::connect_mut(|client| {
                 client.update(
                     "SELECT set_config('search_path', $1, true)",
@@ -436,8 +427,8 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
                     .collect::<Result<Vec<_>, pgrx::spi::Error>>()
             })
         });
-        match reread {
-            Some(Ok(rows)) => {
+        match reread.and_then(|r| r.map_err(|e| e.to_string())) {
+            Ok(rows) => {
                 for (hash, state, pub_at) in rows {
                     if state.as_deref() != Some("live") {
                         out_hash.push(hash);
@@ -448,8 +439,7 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
             }
             // The capture triggers kept the queue right as far as they saw; a re-read that
             // fails (a watch left stale by ALTER TABLE) must not stop sending.
-            Some(Err(e)) => warning!("indexnow: could not re-read scheduled pages: {e}"),
-            None => {}
+            Err(e) => warning!("indexnow: could not re-read scheduled pages: {e}"),
         }
     }
     if let Some(path) = our_path {
@@ -477,9 +467,9 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
     claimed
 }
 
-/// Runs `f` in a subtransaction: an ERROR inside is reported as a WARNING and rolled back alone,
-/// and `None` returned.
-fn catching_errors<R>(f: impl FnOnce() -> R) -> Option<R> {
+/// Runs `f` in a subtransaction: an ERROR inside rolls back that subtransaction alone and comes
+/// back as its message.
+fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     unsafe {
         let context = pg_sys::CurrentMemoryContext;
         let owner = pg_sys::CurrentResourceOwner;
@@ -489,19 +479,17 @@ fn catching_errors<R>(f: impl FnOnce() -> R) -> Option<R> {
             let f = f;
             let r = (f.0)();
             pg_sys::ReleaseCurrentSubTransaction();
-            Some(r)
+            Ok(r)
         })
         .catch_others(|e| {
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            let message = match &e {
+            match &e {
                 pg_sys::panic::CaughtError::PostgresError(r)
                 | pg_sys::panic::CaughtError::ErrorReport(r)
                 | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => {
-                    r.message().to_string()
+                    Err(r.message().to_string())
                 }
-            };
-            warning!("indexnow: could not re-read scheduled pages: {message}");
-            None
+            }
         })
         .execute();
         pg_sys::MemoryContextSwitchTo(context);
@@ -605,24 +593,14 @@ fn prune(settings: &Settings) {
 /// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. A row
 /// that is due but cannot be sent now (no key, paused, leased) does not make it spin: `naptime`.
 pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
-    let settings = Settings::now();
-    let now_ts = now();
-    let args = settings.claim_args(now_ts);
-    let next: Option<TimestampWithTimeZone> = Spi::connect(|client| {
+    let args = Settings::now().claim_args(now());
+    let wait: Option<f64> = Spi::connect(|client| {
         client
-            .select(&sql::next_due(), None, &args)?
+            .select(&sql::seconds_to_next_due(), None, &args)?
             .first()
             .get_one()
     })
     .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
-    let Some(next) = next else {
-        return naptime;
-    };
-    let wait: Option<f64> = Spi::get_one_with_args(
-        "SELECT extract(epoch FROM $1 - $2)::float8",
-        &[next.into(), now_ts.into()],
-    )
-    .unwrap_or(None);
     match wait {
         Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
         _ => naptime,

@@ -14,31 +14,37 @@ use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
 /// its caller's transaction ends. See `super` for why.
 pub const PASS_LOCK: &str = "hashtext('indexnow'), 1";
 
-/// A row a sender may take now, besides being due: no other sender holds a live lease on it and,
-/// in a dry run, no dry run has decided on this very request yet.
-const CLAIMABLE_SQL: &str = "(claimed_until IS NULL OR claimed_until <= $1) \
-     AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)";
+/// In a dry run (`$5`), a request a dry run has already decided on is not decided again.
+const UNDECIDED_SQL: &str = "(NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)";
+
+/// A row a sender may take now, besides being due: no other sender holds a live lease on it, and
+/// it is undecided.
+fn claimable() -> String {
+    format!("(claimed_until IS NULL OR claimed_until <= $1) AND {UNDECIDED_SQL}")
+}
 
 /// The hosts a pass sends for, with their key: enabled, not paused (neither all sending nor this
 /// host), and with something due. URLs of hosts not listed here (no key, disabled, paused) are
 /// held: they stay due and are counted in `indexnow_status()`.
 pub fn sendable_hosts() -> String {
+    let claimable = claimable();
     format!(
         "SELECT h.host, h.key, h.key_location FROM indexnow_hosts h \
           WHERE h.enabled \
             AND NOT EXISTS (SELECT FROM indexnow_backoff b \
                              WHERE b.scope IN ('*', h.host) AND b.until > $1) \
             AND EXISTS (SELECT FROM indexnow_urls \
-                         WHERE host = h.host AND {DUE_SQL} AND {CLAIMABLE_SQL}) \
+                         WHERE host = h.host AND {DUE_SQL} AND {claimable}) \
           ORDER BY h.host"
     )
 }
 
 /// The due rows of one host (`$6`), at most `$7` of them, longest quiet first.
 fn due_of_host(columns: &str, lock: &str) -> String {
+    let claimable = claimable();
     format!(
         "SELECT {columns} FROM indexnow_urls \
-          WHERE host = $6 AND {DUE_SQL} AND {CLAIMABLE_SQL} \
+          WHERE host = $6 AND {DUE_SQL} AND {claimable} \
           ORDER BY changed_at LIMIT $7 {lock}"
     )
 }
@@ -142,13 +148,12 @@ pub const RECORD: &str =
 pub const PRUNE: &str =
     "DELETE FROM indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";
 
-/// When the next row becomes sendable (due and its lease, if any, passed), for the worker's
-/// sleep. Same parameters as the claims.
-pub fn next_due() -> String {
+/// Seconds from `$1` until the next row becomes sendable (due, and its lease, if any, passed),
+/// for the worker's sleep; NULL when nothing is pending. Same parameters as the claims.
+pub fn seconds_to_next_due() -> String {
     format!(
-        "SELECT min(greatest({DUE_AT_SQL}, claimed_until)) FROM indexnow_urls \
-          WHERE request_seq > settled_seq \
-            AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)"
+        "SELECT extract(epoch FROM min(greatest({DUE_AT_SQL}, claimed_until)) - $1)::float8 \
+           FROM indexnow_urls WHERE request_seq > settled_seq AND {UNDECIDED_SQL}"
     )
 }
 

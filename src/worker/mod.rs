@@ -41,9 +41,9 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 /// How often the launcher looks for new databases when nobody wakes it.
 const LAUNCHER_NAP: Duration = Duration::from_secs(5);
 
-/// How long the launcher leaves a database without the extension alone (unless a
-/// `CREATE EXTENSION` commits somewhere first).
-const RECHECK_WITHOUT_EXTENSION: Duration = Duration::from_secs(60);
+/// How long the launcher leaves a database without the extension (or being dropped) alone, unless
+/// a `CREATE EXTENSION` commits somewhere first.
+const LEAVE_ALONE_FOR: Duration = Duration::from_secs(60);
 
 const WORKER_TYPE: &str = "indexnow worker";
 const LAUNCHER_TYPE: &str = "indexnow launcher";
@@ -140,7 +140,7 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
                 continue;
             }
             if let Some((seen, at)) = left_alone.get(&db) {
-                if *seen == generation && at.elapsed() < RECHECK_WITHOUT_EXTENSION {
+                if *seen == generation && at.elapsed() < LEAVE_ALONE_FOR {
                     continue;
                 }
             }

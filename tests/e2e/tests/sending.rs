@@ -418,6 +418,19 @@ fn pages(db: &mut postgres::Client) {
     .unwrap();
 }
 
+/// Once the (hanging) push has reached the receiver, saves page 1 and asserts that the save did
+/// not wait for the push.
+fn save_page_while_the_push_hangs(db: &mut postgres::Client, receiver: &Receiver) {
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    let started = Instant::now();
+    db.batch_execute("UPDATE pages SET body = 'second' WHERE id = 1")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < SECONDS(1), "the save waited {took:?} for the push");
+}
+
 #[test]
 fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
     let receiver = receiver();
@@ -427,14 +440,7 @@ fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
     receiver.script([Reply::Hang { hang_ms: 3_000 }]);
     db.batch_execute("INSERT INTO pages VALUES (1, 'news', 'first')")
         .unwrap();
-    wait_until("the push is in flight", SECONDS(20), || {
-        receiver.arrived() == 1
-    });
-    let started = Instant::now();
-    db.batch_execute("UPDATE pages SET body = 'second' WHERE id = 1")
-        .unwrap();
-    let took = started.elapsed();
-    assert!(took < SECONDS(1), "the save waited {took:?} for the push");
+    save_page_while_the_push_hangs(&mut db, &receiver);
     assert_eq!(
         receiver.received().len(),
         0,
@@ -857,14 +863,7 @@ fn push_now_holds_no_row_lock_across_its_request() {
             .unwrap()
             .len()
     });
-    wait_until("the push is in flight", SECONDS(20), || {
-        receiver.arrived() == 1
-    });
-    let started = Instant::now();
-    db.batch_execute("UPDATE pages SET body = 'second' WHERE id = 1")
-        .unwrap();
-    let took = started.elapsed();
-    assert!(took < SECONDS(1), "the save waited {took:?} for push_now");
+    save_page_while_the_push_hangs(&mut db, &receiver);
     assert_eq!(pushing.join().unwrap(), 1);
     let row = db
         .query_one(
@@ -876,5 +875,31 @@ fn push_now_holds_no_row_lock_across_its_request() {
         (row.get::<_, bool>(0), row.get::<_, bool>(1)),
         (true, true),
         "pushed, and the save made during the push is still pending"
+    );
+}
+
+#[test]
+fn the_worker_sleeps_until_the_next_url_is_due_not_for_naptime() {
+    let receiver = receiver();
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.naptime = '10min'", "indexnow.debounce = '2s'"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    let started = Instant::now();
+    // Woken at this commit, the worker finds nothing due yet (debounce) and must sleep only
+    // until the URL is quiet.
+    queue_for_host(&mut db, "/p/", 1);
+    wait_until("the URL is sent", SECONDS(30), || {
+        !receiver.received().is_empty()
+    });
+    let took = started.elapsed();
+    assert!(
+        took >= SECONDS(2),
+        "sent after {took:?}: before the debounce"
+    );
+    assert!(
+        took < SECONDS(10),
+        "sent after {took:?}: the worker slept on"
     );
 }
