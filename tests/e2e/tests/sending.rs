@@ -465,6 +465,98 @@ fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
     });
 }
 
+/// The worker settles its push while a save of one of its URLs is still in progress: the settle
+/// waits for the save, then must leave the saved row pending (behaviour 14). (PostgreSQL
+/// re-checks the waiting UPDATE's conditions, its `ctid` condition included, on the saved row.)
+#[test]
+fn a_save_that_commits_while_the_push_is_settled_stays_due() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '10s'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    pages(&mut db);
+    receiver.script([Reply::Hang { hang_ms: 2_000 }]);
+    db.batch_execute("INSERT INTO pages VALUES (1, 'news', 'first')")
+        .unwrap();
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    let mut saver = cluster.connect("site");
+    saver
+        .batch_execute("BEGIN; UPDATE pages SET body = 'second' WHERE id = 1")
+        .unwrap();
+    wait_until(
+        "the worker's settle waits for the save",
+        SECONDS(20),
+        || {
+            db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+            count(
+                &mut db,
+                "SELECT count(*) FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker' AND wait_event = 'transactionid'",
+            ) == 1
+        },
+    );
+    saver.batch_execute("COMMIT").unwrap();
+    wait_until("the URL is sent again", SECONDS(20), || {
+        receiver.received().len() == 2
+    });
+    assert_eq!(
+        accepted_urls(&receiver.received()).get("https://www.example.com/news"),
+        Some(&2)
+    );
+}
+
+/// The worker finds the rows it leased by their `ctid`. While its push is in flight, saves move
+/// the rows and VACUUM frees the slots of the leased versions, which later saved versions take:
+/// a `ctid` alone would then name a row the push did not carry. The saves must stay due and be
+/// sent again. (A settle that trusted the row found by `ctid` and the claim's `xmin`, without
+/// joining in the claimed values, failed this test.)
+#[test]
+fn a_leased_row_slot_taken_by_another_row_during_the_push_is_not_settled() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '20s'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    pages(&mut db);
+    receiver.script([Reply::Hang { hang_ms: 8_000 }]);
+    db.batch_execute("INSERT INTO pages VALUES (1, 'one', 'first'), (2, 'two', 'first')")
+        .unwrap();
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    let leased: Vec<String> = db
+        .query("SELECT ctid::text FROM indexnow_urls ORDER BY url", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Save both pages, vacuuming in between, until a saved row sits in a leased version's slot.
+    let mut taken = false;
+    for round in 0..8 {
+        db.batch_execute(&format!("UPDATE pages SET body = 'save {round}'"))
+            .unwrap();
+        db.batch_execute("VACUUM indexnow_urls").unwrap();
+        taken = db
+            .query("SELECT ctid::text FROM indexnow_urls", &[])
+            .unwrap()
+            .iter()
+            .any(|r| leased.contains(&r.get::<_, String>(0)));
+        if taken {
+            break;
+        }
+    }
+    assert!(
+        taken,
+        "the test's premise: a saved row took the slot of a leased version"
+    );
+    assert_eq!(receiver.received().len(), 0, "the push is still in flight");
+    wait_until("both URLs are sent again", SECONDS(30), || {
+        receiver.received().len() == 2
+    });
+    let urls = accepted_urls(&receiver.received());
+    assert_eq!(urls.get("https://www.example.com/one"), Some(&2));
+    assert_eq!(urls.get("https://www.example.com/two"), Some(&2));
+}
+
 fn worker_pid(db: &mut postgres::Client, datname: &str) -> Option<i32> {
     db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
     db.query_opt(
