@@ -465,21 +465,29 @@ fn a_save_while_the_endpoint_hangs_is_fast_and_the_url_stays_due() {
     });
 }
 
+/// A watched `pages` table whose first push (of the rows `insert` adds) hangs `hang_ms` at the
+/// receiver; returns once that push is in flight. The request timeout outlasts the hang.
+fn push_in_flight(hang_ms: u64, insert: &str) -> (Receiver, Cluster, postgres::Client) {
+    let receiver = receiver();
+    let timeout = format!("indexnow.http_timeout = '{}ms'", hang_ms + 10_000);
+    let cluster = cluster(&receiver, &[timeout.as_str()]);
+    let mut db = cluster.create_db_with_extension("site");
+    pages(&mut db);
+    receiver.script([Reply::Hang { hang_ms }]);
+    db.batch_execute(insert).unwrap();
+    wait_until("the push is in flight", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    (receiver, cluster, db)
+}
+
 /// The worker settles its push while a save of one of its URLs is still in progress: the settle
 /// waits for the save, then must leave the saved row pending (behaviour 14). (PostgreSQL
 /// re-checks the waiting UPDATE's conditions, its `ctid` condition included, on the saved row.)
 #[test]
 fn a_save_that_commits_while_the_push_is_settled_stays_due() {
-    let receiver = receiver();
-    let cluster = cluster(&receiver, &["indexnow.http_timeout = '10s'"]);
-    let mut db = cluster.create_db_with_extension("site");
-    pages(&mut db);
-    receiver.script([Reply::Hang { hang_ms: 2_000 }]);
-    db.batch_execute("INSERT INTO pages VALUES (1, 'news', 'first')")
-        .unwrap();
-    wait_until("the push is in flight", SECONDS(20), || {
-        receiver.arrived() == 1
-    });
+    let (receiver, cluster, mut db) =
+        push_in_flight(2_000, "INSERT INTO pages VALUES (1, 'news', 'first')");
     let mut saver = cluster.connect("site");
     saver
         .batch_execute("BEGIN; UPDATE pages SET body = 'second' WHERE id = 1")
@@ -513,16 +521,10 @@ fn a_save_that_commits_while_the_push_is_settled_stays_due() {
 /// joining in the claimed values, failed this test.)
 #[test]
 fn a_leased_row_slot_taken_by_another_row_during_the_push_is_not_settled() {
-    let receiver = receiver();
-    let cluster = cluster(&receiver, &["indexnow.http_timeout = '20s'"]);
-    let mut db = cluster.create_db_with_extension("site");
-    pages(&mut db);
-    receiver.script([Reply::Hang { hang_ms: 8_000 }]);
-    db.batch_execute("INSERT INTO pages VALUES (1, 'one', 'first'), (2, 'two', 'first')")
-        .unwrap();
-    wait_until("the push is in flight", SECONDS(20), || {
-        receiver.arrived() == 1
-    });
+    let (receiver, _cluster, mut db) = push_in_flight(
+        8_000,
+        "INSERT INTO pages VALUES (1, 'one', 'first'), (2, 'two', 'first')",
+    );
     let leased: Vec<String> = db
         .query("SELECT ctid::text FROM indexnow_urls ORDER BY url", &[])
         .unwrap()
