@@ -1,9 +1,12 @@
--- indexnow: the capture trigger function, shared by every watched table.
+-- indexnow: the capture statements' runner, shared by every watched table.
 --
 -- Statement-level AFTER INSERT/UPDATE/DELETE triggers (with transition tables indexnow_old and
--- indexnow_new) and AFTER TRUNCATE triggers on watched tables call it; it runs, for each watch of
--- the table, the one set-based statement indexnow_watch() generated for the event
--- (src/capture/plan.rs says what those statements decide).
+-- indexnow_new) and AFTER TRUNCATE triggers on watched tables call indexnow_capture()
+-- (src/capture/gate.rs), which calls this function with the same trigger data; it runs, for each
+-- watch of the table, the one set-based statement indexnow_watch() generated for the event
+-- (src/capture/plan.rs says what those statements decide). The trigger arguments (TG_ARGV) name
+-- the watches to run: for an UPDATE, the gate passes only those whose compared columns changed;
+-- no arguments means every watch of the table.
 --
 -- SECURITY DEFINER: a role that may only write the content table still has its change queued.
 -- The search_path is the watch's (its visible and url_sql expressions were written for it); the
@@ -17,7 +20,7 @@
 --
 -- The content write never fails because of indexnow: a statement that fails (a url_sql that
 -- raises, a watch left stale by ALTER TABLE) is rolled back on its own and reported as a WARNING.
-CREATE FUNCTION indexnow_capture() RETURNS trigger
+CREATE FUNCTION indexnow_capture_statements() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off SET work_mem = '64MB'
 AS $$
@@ -32,6 +35,7 @@ BEGIN
                           WHEN 'DELETE' THEN on_delete ELSE on_truncate END AS statement
           FROM @extschema@.indexnow_watches
          WHERE tbl = TG_RELID
+           AND (TG_NARGS = 0 OR id = ANY (TG_ARGV::integer[]))
          ORDER BY id
     LOOP
         PERFORM pg_catalog.set_config('search_path', w.search_path, true);

@@ -17,6 +17,7 @@ REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, 
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_capture_statements() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
@@ -28,6 +29,8 @@ ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @ex
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
+-- The capture trigger reads the watches of the table whoever writes it.
+ALTER FUNCTION indexnow_capture() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 -- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
 -- expressions with the caller's search_path (and names its own objects with their schema).

@@ -74,6 +74,79 @@ fn an_ignored_only_change_queues_nothing() {
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE changed_at < now()"), 1);
 }
 
+/// A table watched with a `url_sql` that counts its own evaluations in `url_calls`: how often a
+/// capture statement derived a URL. `body` is stored out of line (TOAST) and large.
+fn counted_site() {
+    run("CREATE TABLE url_calls (n int NOT NULL)");
+    run("INSERT INTO url_calls VALUES (0)");
+    run(
+        "CREATE FUNCTION counted_url(slug text) RETURNS text LANGUAGE sql VOLATILE AS \
+           $$ UPDATE url_calls SET n = n + 1; SELECT 'https://www.example.com/c/' || slug $$",
+    );
+    run(
+        "CREATE TABLE docs (id int PRIMARY KEY, slug text, body text, views int, \
+           updated_at timestamptz)",
+    );
+    run("ALTER TABLE docs ALTER body SET STORAGE EXTERNAL");
+    run(
+        "INSERT INTO docs SELECT g, 'd' || g, repeat(md5(g::text), 300), 0, now() \
+           FROM generate_series(1, 50) g",
+    );
+    run("SELECT indexnow_watch('docs', url_sql => 'counted_url(slug)', ignore => '{views,updated_at}')");
+    // a second watch of the same table that cares about views
+    run("SELECT indexnow_watch('docs', url => 'https://www.example.com/v/{slug}', ignore => '{}')");
+}
+
+fn url_calls() -> i64 {
+    count("SELECT n FROM url_calls")
+}
+
+#[pg_test]
+fn an_update_of_ignored_columns_does_not_run_the_watch_statement() {
+    counted_site();
+    let before = url_calls();
+    run("UPDATE docs SET views = views + 1, updated_at = now() + interval '1 s'");
+    // The first watch ignores both columns: its statement did not run (no URL derived, over
+    // large out-of-line bodies too); the second watch compares views: its URLs are changed.
+    assert_eq!(url_calls(), before);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"),
+        50
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq \
+               AND url LIKE 'https://www.example.com/v/%' AND reason = 'changed'"
+        ),
+        50
+    );
+    // A change to one row's public column runs it (and queues that row only).
+    run("UPDATE docs SET body = body || 'x' WHERE id = 7");
+    assert!(url_calls() > before);
+    assert_eq!(
+        pending_like("https://www.example.com/c/%"),
+        "https://www.example.com/c/d7 changed"
+    );
+}
+
+#[pg_test]
+fn an_update_of_the_key_alone_runs_the_watch_statement() {
+    counted_site();
+    // The key is compared even when ignored: a new key is a new row to the statements.
+    run("SELECT indexnow_watch('docs', url_sql => 'counted_url(slug)', ignore => '{id,views,updated_at}')");
+    let before = url_calls();
+    run("UPDATE docs SET id = id + 1000, slug = slug WHERE id = 3");
+    assert!(url_calls() > before);
+}
+
+fn pending_like(pattern: &str) -> String {
+    text(&format!(
+        "SELECT coalesce(string_agg(url || ' ' || reason, E'\\n' ORDER BY url), '') \
+           FROM indexnow_urls WHERE request_seq > settled_seq AND url LIKE '{pattern}'"
+    ))
+    .unwrap()
+}
+
 #[pg_test]
 fn a_slug_change_moves_the_old_url() {
     site();

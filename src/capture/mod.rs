@@ -4,9 +4,12 @@
 //! - `plan`        the SQL each trigger event runs (the capture rules are stated there)
 //! - `template`    URL templates and their percent-encoding
 //! - `fingerprint` indexnow_fingerprint(): the md5 of a row's public columns
-//! - sql/capture.sql  the trigger function that runs the plans
+//! - `gate`        indexnow_capture(), the trigger function: skips the watches an UPDATE leaves
+//!   unchanged, hands the rest to sql/capture.sql
+//! - sql/capture.sql  indexnow_capture_statements(): runs the plans, one subtransaction each
 
 pub mod fingerprint;
+pub mod gate;
 pub mod plan;
 pub mod template;
 pub mod watch;

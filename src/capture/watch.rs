@@ -2,10 +2,10 @@
 //! checking every argument against the table when called, and installing the triggers.
 //!
 //! The triggers (statement-level, with transition tables, plus TRUNCATE) all call one function of
-//! the extension, `indexnow_capture()` (sql/capture.sql), which runs the statements generated here
-//! for each watch of the table. Because the triggers depend on an extension member, `DROP
-//! EXTENSION` refuses while a table is watched (CASCADE drops the triggers too), and `pg_dump`
-//! restores them after `CREATE EXTENSION` recreates the function.
+//! the extension, `indexnow_capture()` (`super::gate`, then sql/capture.sql), which runs the
+//! statements generated here for each watch of the table. Because the triggers depend on an
+//! extension member, `DROP EXTENSION` refuses while a table is watched (CASCADE drops the triggers
+//! too), and `pg_dump` restores them after `CREATE EXTENSION` recreates the function.
 //!
 //! `indexnow_watch` runs as its caller, with the caller's `search_path`: `visible` and `url_sql`
 //! are resolved with it, and the watch keeps it for the triggers. Its own SQL names the extension's

@@ -1,0 +1,249 @@
+//! `indexnow_capture()`: the trigger function on every watched table, and the UPDATE gate in front
+//! of the capture statements.
+//!
+//! Every capture trigger (statement-level, with transition tables, plus TRUNCATE) calls this
+//! function. It hands the event to `indexnow_capture_statements()` (sql/capture.sql), which runs,
+//! for each watch of the table, the set-based statement `indexnow_watch()` generated
+//! (`super::plan`) — except that for an UPDATE it first asks which watches have anything to do.
+//!
+//! Why: a bulk UPDATE that changes only ignored columns (a view counter, `sort_order`,
+//! `updated_at`) is common and must stay cheap, and the capture statement pays for pairing every
+//! old row with its new row by key (a hash join over both transition tables) before it can see
+//! that nothing public changed. Here the two transition tables are read side by side, row by row,
+//! comparing only the columns a watch cares about (its key and every column not in its `ignore`
+//! list): no SQL, no join, and a stop at the first difference. A watch whose columns are equal
+//! in every row has nothing to queue, so its statement is not run.
+//!
+//! The comparison only decides whether the statement runs, never what it queues, so it may err
+//! towards running it, and it does: values are compared as stored (`datum_image_eq`, which
+//! detoasts), so two values a type calls equal but stores differently count as different and the
+//! statement decides as before. It needs no assumption about row order either: if for every
+//! position the old and new rows agree on the key and the compared columns, then every key has
+//! the same compared columns before and after, which is exactly "the statement's pairs are all
+//! unchanged". (PostgreSQL does write each updated row's old and new versions at the same
+//! position, so in practice the first changed row is found where it is.)
+//!
+//! The statements themselves stay in plpgsql: each runs in its own subtransaction so that a
+//! failing watch becomes a WARNING and the user's write succeeds; plpgsql's exception blocks do
+//! that well. This function calls it through the function manager with the same trigger data and
+//! the ids of the watches to run as the trigger's arguments (`TG_ARGV`).
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::ffi::CString;
+
+unsafe extern "C-unwind" {
+    // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
+    // Called through `pg_guard_ffi_boundary` (detoasting can raise an ERROR).
+    fn datum_image_eq(
+        value1: pg_sys::Datum,
+        value2: pg_sys::Datum,
+        typbyval: bool,
+        typlen: i32,
+    ) -> bool;
+}
+
+/// Per watch of the table (`$1`): its id and the columns a change of which may matter to it —
+/// the primary key and every column it does not ignore. Columns added to the table after the
+/// watch are included: comparing more than the watch needs only makes the gate run it.
+const COMPARED_COLUMNS_SQL: &str = "\
+    SELECT w.id, array_agg(a.attnum ORDER BY a.attnum) \
+      FROM indexnow_watches w \
+      JOIN pg_catalog.pg_attribute a \
+        ON a.attrelid = w.tbl AND a.attnum > 0 AND NOT a.attisdropped \
+     WHERE w.tbl = $1 \
+       AND (a.attname::text <> ALL (w.ignore) \
+            OR EXISTS (SELECT FROM pg_catalog.pg_index i \
+                        WHERE i.indrelid = w.tbl AND i.indisprimary \
+                          AND a.attnum = ANY (i.indkey::int2[]))) \
+     GROUP BY w.id ORDER BY w.id";
+
+#[pg_trigger]
+fn indexnow_capture<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
+    let data = trigger.trigger_data();
+    let is_update = data.tg_event & pg_sys::TRIGGER_EVENT_OPMASK == pg_sys::TRIGGER_EVENT_UPDATE;
+    if is_update && !data.tg_oldtable.is_null() && !data.tg_newtable.is_null() {
+        let watches = watches_with_changes(data);
+        if !watches.is_empty() {
+            run_statements(data, &watches);
+        }
+    } else {
+        run_statements(data, &[]);
+    }
+    Ok(None)
+}
+
+/// The ids of the watches for which some row of this UPDATE differs in a compared column.
+fn watches_with_changes(data: &pg_sys::TriggerData) -> Vec<i32> {
+    // SAFETY: a trigger's relation is open for the duration of the call.
+    let relid = unsafe { (*data.tg_relation).rd_id };
+    let watches: Vec<(i32, Vec<i16>)> = Spi::connect(|client| {
+        client
+            .select(COMPARED_COLUMNS_SQL, None, &[relid.into()])?
+            .map(|row| {
+                Ok((
+                    row.get::<i32>(1)?.unwrap_or(0),
+                    row.get(2)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<Result<_, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"));
+    let columns: Vec<&[i16]> = watches.iter().map(|(_, c)| c.as_slice()).collect();
+    // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
+    let changed = unsafe {
+        changed_columns(
+            data.tg_oldtable,
+            data.tg_newtable,
+            (*data.tg_relation).rd_att,
+            &columns,
+        )
+    };
+    watches
+        .iter()
+        .zip(changed)
+        .filter(|(_, changed)| *changed)
+        .map(|((id, _), _)| *id)
+        .collect()
+}
+
+/// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
+/// by side) in one of them. Stops reading when every set has a difference.
+unsafe fn changed_columns(
+    old: *mut pg_sys::Tuplestorestate,
+    new: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+    sets: &[&[i16]],
+) -> Vec<bool> {
+    if pg_sys::tuplestore_tuple_count(old) != pg_sys::tuplestore_tuple_count(new) {
+        return vec![true; sets.len()];
+    }
+    let mut changed = vec![false; sets.len()];
+    let mut unchanged = sets.len();
+    let last = sets
+        .iter()
+        .flat_map(|s| s.iter())
+        .copied()
+        .max()
+        .unwrap_or(0);
+    if last == 0 {
+        return changed;
+    }
+    let old_rows = Reader::new(old, desc);
+    let new_rows = Reader::new(new, desc);
+    while unchanged > 0 {
+        let (has_old, has_new) = (old_rows.next(last), new_rows.next(last));
+        if !has_old || !has_new {
+            if has_old != has_new {
+                changed.iter_mut().for_each(|c| *c = true);
+            }
+            break;
+        }
+        for (set, changed) in sets.iter().zip(changed.iter_mut()) {
+            if !*changed && set.iter().any(|&att| !old_rows.same(&new_rows, att)) {
+                *changed = true;
+                unchanged -= 1;
+            }
+        }
+    }
+    changed
+}
+
+/// A read of one transition table from its start, on a read pointer of its own (the statements
+/// read it again afterwards with theirs).
+struct Reader {
+    store: *mut pg_sys::Tuplestorestate,
+    slot: *mut pg_sys::TupleTableSlot,
+    desc: pg_sys::TupleDesc,
+}
+
+impl Reader {
+    unsafe fn new(store: *mut pg_sys::Tuplestorestate, desc: pg_sys::TupleDesc) -> Self {
+        let pointer = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
+        pg_sys::tuplestore_select_read_pointer(store, pointer);
+        pg_sys::tuplestore_rescan(store);
+        let slot = pg_sys::MakeSingleTupleTableSlot(desc, &pg_sys::TTSOpsMinimalTuple);
+        Reader { store, slot, desc }
+    }
+
+    /// Reads the next row and deforms its first `last` columns; false at the end.
+    unsafe fn next(&self, last: i16) -> bool {
+        if !pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot) {
+            return false;
+        }
+        pg_sys::slot_getsomeattrs_int(self.slot, last.into());
+        true
+    }
+
+    /// Whether attribute `att` (1-based) of the current rows of `self` and `other` is the same.
+    unsafe fn same(&self, other: &Reader, att: i16) -> bool {
+        let i = (att - 1) as usize;
+        let (a_null, b_null) = (
+            *(*self.slot).tts_isnull.add(i),
+            *(*other.slot).tts_isnull.add(i),
+        );
+        if a_null || b_null {
+            return a_null == b_null;
+        }
+        let attr = &*(*self.desc).attrs.as_ptr().add(i);
+        let (a, b) = (
+            *(*self.slot).tts_values.add(i),
+            *(*other.slot).tts_values.add(i),
+        );
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            datum_image_eq(a, b, attr.attbyval, attr.attlen.into())
+        })
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // SAFETY: the slot was made by `new` and is used by nobody else; read pointer 0 is the
+        // one the tuplestore had active before.
+        unsafe {
+            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
+            pg_sys::tuplestore_select_read_pointer(self.store, 0);
+        }
+    }
+}
+
+/// Runs `indexnow_capture_statements()` for this trigger event, as if it were the trigger
+/// function, with `watches` (none: all of the table's) as its arguments.
+fn run_statements(data: &pg_sys::TriggerData, watches: &[i32]) {
+    // The function's search_path is the extension's schema (security.sql).
+    let function = Spi::get_one::<pg_sys::Oid>(
+        "SELECT 'indexnow_capture_statements()'::pg_catalog.regprocedure::pg_catalog.oid",
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| error!("indexnow: indexnow_capture_statements() is missing"));
+    let args: Vec<CString> = watches
+        .iter()
+        .map(|id| CString::new(id.to_string()).expect("digits"))
+        .collect();
+    let mut argv: Vec<*mut std::ffi::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    // SAFETY: everything passed lives until the call returns; the callee reads the trigger data
+    // and its arguments only during the call (plpgsql copies TG_ARGV).
+    unsafe {
+        let mut flinfo: pg_sys::FmgrInfo = std::mem::zeroed();
+        pg_sys::fmgr_info(function, &mut flinfo);
+        let mut trigger: pg_sys::Trigger = *data.tg_trigger;
+        trigger.tgnargs = argv.len() as i16;
+        trigger.tgargs = if argv.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            argv.as_mut_ptr()
+        };
+        let mut event: pg_sys::TriggerData = *data;
+        event.tg_trigger = &mut trigger;
+        let mut fcinfo = pg_sys::FunctionCallInfoBaseData {
+            flinfo: &mut flinfo,
+            context: (&mut event as *mut pg_sys::TriggerData).cast(),
+            ..Default::default()
+        };
+        let call = flinfo.fn_addr.expect("a function manager entry");
+        pg_sys::ffi::pg_guard_ffi_boundary(|| call(&mut fcinfo));
+    }
+}
