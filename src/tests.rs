@@ -440,3 +440,36 @@ fn security_definer_functions_pin_search_path() {
     );
     assert!(definers >= 2, "{definers}");
 }
+
+#[pg_test]
+fn push_now_does_not_send_what_its_own_transaction_queued() {
+    // Everything here is one transaction, the test's: the queued URL is the caller's own,
+    // uncommitted. Were it sent, the request would go to a closed local port (status 0).
+    Spi::run("SET LOCAL indexnow.endpoint = 'http://127.0.0.1:9/indexnow'").unwrap();
+    Spi::run("SET LOCAL indexnow.http_timeout = '1s'").unwrap();
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'abcdef1234')").unwrap();
+    Spi::run("SELECT indexnow_queue('https://www.example.com/not-yet-committed')").unwrap();
+    // ... and one written in a subtransaction, as a capture trigger's statement is
+    Spi::run(
+        "DO $$ BEGIN BEGIN PERFORM indexnow_queue('https://www.example.com/in-a-subtransaction'); \
+           EXCEPTION WHEN OTHERS THEN NULL; END; END $$",
+    )
+    .unwrap();
+    Spi::run(
+        "DO $$ BEGIN BEGIN UPDATE indexnow_urls SET changed_at = now() - interval '1 hour'; \
+           EXCEPTION WHEN OTHERS THEN NULL; END; END $$",
+    )
+    .unwrap();
+    assert_eq!(
+        count("SELECT sum(due_now)::bigint FROM indexnow_status()"),
+        2,
+        "both URLs are due"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_push_now()"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_pushes"), 0);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"),
+        2
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_backoff"), 0);
+}

@@ -7,7 +7,8 @@ use pgrx::prelude::*;
 /// the requests made, the URLs they carried, and the last answer's status and note (status 0 is
 /// no answer: a network failure, or a dry run). Respects `indexnow.enabled`, pauses and every
 /// other setting as the worker does. It waits for another `indexnow_push_now()` whose transaction
-/// is still open; it holds no row lock across an HTTP request.
+/// is still open; it holds no row lock across an HTTP request. URLs queued by the calling
+/// transaction itself are not sent before it commits (see `sql::claim_by_reading`).
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn indexnow_push_now() -> TableIterator<
@@ -28,4 +29,14 @@ fn indexnow_push_now() -> TableIterator<
         .map(|r| (r.host, r.requests, r.url_count, r.status, r.note))
         .collect::<Vec<_>>();
     TableIterator::new(rows)
+}
+
+/// Whether `xid` (a row's `xmin`) is the calling transaction's or one of its subtransactions': a
+/// row it wrote and has not committed. For `indexnow_push_now()`'s claim.
+#[pg_extern(stable, parallel_safe, strict)]
+fn indexnow_written_by_this_transaction(xid: i64) -> bool {
+    // An xid is 32 bits; a row's xmin read as text gives it unsigned.
+    u32::try_from(xid)
+        .map(|xid| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(xid.into()) })
+        .unwrap_or(false)
 }

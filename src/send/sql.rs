@@ -39,12 +39,13 @@ pub fn sendable_hosts() -> String {
     )
 }
 
-/// The due rows of one host (`$6`), at most `$7` of them, longest quiet first.
-fn due_of_host(columns: &str, lock: &str) -> String {
+/// The due rows of one host (`$6`), at most `$7` of them, longest quiet first; `and` adds a
+/// condition.
+fn due_of_host(columns: &str, and: &str, lock: &str) -> String {
     let claimable = claimable();
     format!(
         "SELECT {columns} FROM indexnow_urls \
-          WHERE host = $6 AND {DUE_SQL} AND {claimable} \
+          WHERE host = $6 AND {DUE_SQL} AND {claimable} {and} \
           ORDER BY changed_at LIMIT $7 {lock}"
     )
 }
@@ -61,14 +62,24 @@ pub fn claim_with_lease() -> String {
     format!(
         "UPDATE indexnow_urls SET claimed_until = $1 + make_interval(secs => $8) \
           WHERE ctid = ANY (ARRAY({})) RETURNING {CLAIMED_COLUMNS}",
-        due_of_host("ctid", "FOR UPDATE SKIP LOCKED")
+        due_of_host("ctid", "", "FOR UPDATE SKIP LOCKED")
     )
 }
 
 /// `indexnow_push_now()`'s claim: a plain read, so the caller's transaction holds no row lock
 /// across the HTTP request; the exclusive pass lock keeps other senders away instead.
+///
+/// It leaves out the rows the caller's own transaction wrote (queued in it, or in one of its
+/// subtransactions, as a capture trigger does): nothing leaves the database before it is
+/// committed. A transaction that saves a page and then calls `indexnow_push_now()` may still roll
+/// back, and search engines would have been told of a page that never existed (or a test's
+/// data). Those rows stay pending and go out after the commit, with the worker or the next call.
 pub fn claim_by_reading() -> String {
-    due_of_host(CLAIMED_COLUMNS, "")
+    due_of_host(
+        CLAIMED_COLUMNS,
+        "AND NOT indexnow_written_by_this_transaction(xmin::text::bigint)",
+        "",
+    )
 }
 
 /// What becomes of claimed rows once the answer is known.
