@@ -1,8 +1,11 @@
-//! Getting out of the way of `DROP DATABASE`: a database worker stays connected to its database,
-//! and PostgreSQL refuses to drop a database others are connected to. So, in the backend that runs
-//! `DROP DATABASE`, the worker of that database is asked to stop (and waited for, briefly) before
-//! the drop goes ahead; the launcher leaves the database alone for a while. TimescaleDB stops its
-//! schedulers the same way. Installed only when preloaded.
+//! Getting out of the way of the commands that need a database to themselves: `DROP DATABASE`,
+//! `ALTER DATABASE ... RENAME TO`, `ALTER DATABASE ... SET TABLESPACE` and `CREATE DATABASE ...
+//! TEMPLATE`. A database worker stays connected to its database, and PostgreSQL refuses those
+//! commands while others are connected ("database ... is being accessed by other users"). So, in
+//! the backend that runs one, the worker of that database is asked to stop (and waited for,
+//! briefly) before the command goes ahead; the launcher leaves the database alone for a while
+//! (`LEAVE_ALONE_FOR`, a minute), then serves it again under whatever name it has. Queued URLs
+//! wait meanwhile. TimescaleDB stops its schedulers the same way. Installed only when preloaded.
 
 use super::registry;
 use pgrx::prelude::*;
@@ -29,10 +32,8 @@ unsafe extern "C-unwind" fn on_utility(
     qc: *mut pg_sys::QueryCompletion,
 ) {
     unsafe {
-        let stmt = (*pstmt).utilityStmt;
-        if !stmt.is_null() && (*stmt).type_ == pg_sys::NodeTag::T_DropdbStmt {
-            let drop = stmt as *mut pg_sys::DropdbStmt;
-            let db = pg_sys::get_database_oid((*drop).dbname, true);
+        if let Some(name) = database_wanted_alone((*pstmt).utilityStmt) {
+            let db = pg_sys::get_database_oid(name, true);
             if db != pg_sys::InvalidOid {
                 registry::stop_worker(db.to_u32());
             }
@@ -61,4 +62,41 @@ unsafe extern "C-unwind" fn on_utility(
             ),
         }
     }
+}
+
+/// The database a utility statement needs no one else connected to, if any.
+unsafe fn database_wanted_alone(stmt: *mut pg_sys::Node) -> Option<*const std::ffi::c_char> {
+    use pg_sys::NodeTag::*;
+    if stmt.is_null() {
+        return None;
+    }
+    unsafe {
+        match (*stmt).type_ {
+            T_DropdbStmt => Some((*(stmt as *mut pg_sys::DropdbStmt)).dbname),
+            T_RenameStmt => {
+                let rename = stmt as *mut pg_sys::RenameStmt;
+                ((*rename).renameType == pg_sys::ObjectType::OBJECT_DATABASE)
+                    .then(|| (*rename).subname.cast_const())
+            }
+            T_CreatedbStmt => option((*(stmt as *mut pg_sys::CreatedbStmt)).options, c"template"),
+            T_AlterDatabaseStmt => {
+                let alter = stmt as *mut pg_sys::AlterDatabaseStmt;
+                option((*alter).options, c"tablespace").map(|_| (*alter).dbname.cast_const())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The value of the option `name` in a `CREATE/ALTER DATABASE` option list, when it has one.
+unsafe fn option(
+    options: *mut pg_sys::List,
+    name: &std::ffi::CStr,
+) -> Option<*const std::ffi::c_char> {
+    let options = unsafe { pgrx::PgList::<pg_sys::DefElem>::from_pg(options) };
+    let found = options.iter_ptr().find_map(|def| unsafe {
+        let matches = std::ffi::CStr::from_ptr((*def).defname) == name && !(*def).arg.is_null();
+        matches.then(|| pg_sys::defGetString(def).cast_const())
+    });
+    found
 }

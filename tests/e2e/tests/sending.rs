@@ -741,6 +741,48 @@ fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
 }
 
 #[test]
+fn a_served_database_can_be_copied_renamed_and_moved_and_is_served_again() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut admin = cluster.connect("postgres");
+    for db in ["copied", "renamed", "moved"] {
+        drop(cluster.create_db_with_extension(db));
+        wait_until(&format!("{db} is served"), SECONDS(30), || {
+            worker_pid(&mut admin, db).is_some()
+        });
+    }
+    let space = cluster.dir.join("space");
+    std::fs::create_dir(&space).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["postgres:postgres", space.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    // Each of these needs the database to itself: the worker gets out of the way.
+    for command in [
+        "CREATE DATABASE the_copy TEMPLATE copied".to_string(),
+        "ALTER DATABASE renamed RENAME TO new_name".to_string(),
+        format!("CREATE TABLESPACE space LOCATION '{}'", space.display()),
+        "ALTER DATABASE moved SET TABLESPACE space".to_string(),
+    ] {
+        admin
+            .batch_execute(&command)
+            .unwrap_or_else(|e| panic!("{command}: {e}\n{}", cluster.log()));
+    }
+    // The worker comes back (the launcher leaves the database alone for a minute) and serves
+    // the database under its new name.
+    let mut db = cluster.connect("new_name");
+    db.batch_execute(
+        "SELECT indexnow_add_host('renamed.example.com', 'renamedkey1'); \
+         SELECT indexnow_queue('https://renamed.example.com/page');",
+    )
+    .unwrap();
+    wait_until("the renamed database is served again", SECONDS(90), || {
+        receiver.received().len() == 1
+    });
+}
+
+#[test]
 fn dry_run_sends_nothing_and_records_every_decision_once() {
     let receiver = receiver();
     let cluster = cluster(&receiver, &["indexnow.dry_run = on"]);
