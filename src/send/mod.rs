@@ -136,6 +136,9 @@ struct Claimed {
     request_seq: Vec<i64>,
     watch_id: Vec<Option<i32>>,
     ctid: Vec<String>,
+    /// Queued for a publication time (`available_at` later than the request): re-read before
+    /// it is sent, see [`recheck_scheduled`].
+    scheduled: Vec<bool>,
 }
 
 impl Claimed {
@@ -159,6 +162,7 @@ impl Claimed {
         filter(&mut self.request_seq, keep);
         filter(&mut self.watch_id, keep);
         filter(&mut self.ctid, keep);
+        filter(&mut self.scheduled, keep);
     }
 
     /// `$1`..`$5` of the settle statements.
@@ -352,6 +356,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
             c.request_seq.push(r.get(5)?.unwrap_or_default());
             c.watch_id.push(r.get(6)?);
             c.ctid.push(r.get(7)?.unwrap_or_default());
+            c.scheduled.push(r.get(8)?.unwrap_or_default());
         }
         Ok::<_, pgrx::spi::Error>(c)
     })
@@ -364,18 +369,21 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
 /// is sent, in case its row changed without the capture triggers seeing it (triggers disabled,
 /// `session_replication_role = replica`, a restore). The watch's `recheck` statement derives
 /// the URL from the current rows; a URL no row makes live now is taken out of the batch (see
-/// [`sql::withdraw`]). Costs a read of the watched table, only for batches holding such pages.
+/// [`sql::withdraw`]). Costs a read of the watched table, only for batches holding such pages:
+/// a page queued as live when it was saved is not re-read (a bulk UPDATE of a million live pages
+/// would otherwise re-read the whole table for each batch of its push).
 fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
-    // The batch's live pages, by the watch that derived them...
+    // The batch's scheduled live pages, by the watch that derived them...
     let mut by_watch: std::collections::BTreeMap<i32, Vec<Vec<u8>>> = Default::default();
-    for ((hash, watch), reason) in claimed
+    for (((hash, watch), reason), scheduled) in claimed
         .url_hash
         .iter()
         .zip(&claimed.watch_id)
         .zip(&claimed.reason)
+        .zip(&claimed.scheduled)
     {
         let live = reason.parse::<Reason>().is_ok_and(|r| !r.is_removal());
-        if let (true, Some(watch)) = (live, watch) {
+        if let (true, true, Some(watch)) = (live, *scheduled, watch) {
             by_watch.entry(*watch).or_default().push(hash.clone());
         }
     }

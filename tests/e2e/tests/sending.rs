@@ -927,6 +927,49 @@ fn scheduled_pages_are_re_read_at_send_time() {
 }
 
 #[test]
+fn only_scheduled_pages_are_re_read_at_send_time() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
+    let mut db = cluster.create_db_with_extension("site");
+    // url_sql counts its evaluations: the re-read derives every URL of the table.
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE SEQUENCE derived; \
+         CREATE FUNCTION counted(slug text) RETURNS text LANGUAGE sql VOLATILE AS \
+           $$ SELECT 'https://{HOST}/' || slug || left(nextval('derived')::text, 0) $$; \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, published_at timestamptz); \
+         SELECT indexnow_watch('posts', url_sql => 'counted(slug)', publish_at => 'published_at'); \
+         INSERT INTO posts SELECT g, 'live-' || g, now() - interval '1 day' \
+           FROM generate_series(1, 3) g;"
+    ))
+    .unwrap();
+    let derived = |db: &mut postgres::Client| count(db, "SELECT last_value FROM derived");
+    db.batch_execute("SET indexnow.enabled = on").unwrap();
+    let before = derived(&mut db);
+    let sent = count(
+        &mut db,
+        "SELECT coalesce(sum(url_count), 0)::bigint FROM indexnow_push_now()",
+    );
+    assert_eq!(sent, 3);
+    assert_eq!(
+        derived(&mut db),
+        before,
+        "pages live when saved are not re-read"
+    );
+
+    db.batch_execute("INSERT INTO posts VALUES (4, 'scheduled', now() + interval '1 second')")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_200));
+    let before = derived(&mut db);
+    let sent = count(
+        &mut db,
+        "SELECT coalesce(sum(url_count), 0)::bigint FROM indexnow_push_now()",
+    );
+    assert_eq!(sent, 1);
+    assert!(derived(&mut db) > before, "a scheduled page is re-read");
+}
+
+#[test]
 fn nothing_is_sent_on_a_hot_standby_until_promotion() {
     let receiver = receiver();
     // The primary queues but does not send; its standby would send if it could.
