@@ -94,7 +94,7 @@ fn watches_with_changes(data: &pg_sys::TriggerData) -> Vec<i32> {
     let columns: Vec<&[i16]> = watches.iter().map(|(_, c)| c.as_slice()).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
     let changed = unsafe {
-        changed_columns(
+        differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
             (*data.tg_relation).rd_att,
@@ -111,7 +111,7 @@ fn watches_with_changes(data: &pg_sys::TriggerData) -> Vec<i32> {
 
 /// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
 /// by side) in one of them. Stops reading when every set has a difference.
-unsafe fn changed_columns(
+unsafe fn differing_sets(
     old: *mut pg_sys::Tuplestorestate,
     new: *mut pg_sys::Tuplestorestate,
     desc: pg_sys::TupleDesc,
@@ -120,15 +120,16 @@ unsafe fn changed_columns(
     if pg_sys::tuplestore_tuple_count(old) != pg_sys::tuplestore_tuple_count(new) {
         return vec![true; sets.len()];
     }
-    let mut changed = vec![false; sets.len()];
-    let mut unchanged = sets.len();
+    // A set with no column cannot see a change: it counts as changed, so its statement runs.
+    let mut changed: Vec<bool> = sets.iter().map(|s| s.is_empty()).collect();
+    let mut unchanged = changed.iter().filter(|c| !**c).count();
     let last = sets
         .iter()
         .flat_map(|s| s.iter())
         .copied()
         .max()
         .unwrap_or(0);
-    if last == 0 {
+    if unchanged == 0 {
         return changed;
     }
     let old_rows = Reader::new(old, desc);
