@@ -58,7 +58,8 @@ CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
     WHERE request_seq > settled_seq;
 
 -- What indexnow_watch() set up: one row per watched table and URL pattern, with the SQL it
--- generated for each trigger event (run by indexnow_capture(), see src/capture/gate.rs) and for reconcile.
+-- generated for each trigger event (run by indexnow_capture(), see src/capture/gate.rs) and for
+-- reconcile.
 CREATE TABLE indexnow_watches (
     id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tbl           regclass NOT NULL,
