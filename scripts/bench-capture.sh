@@ -7,6 +7,9 @@
 #            its ignored columns and calls indexnow_queue() per changed row
 #   floor    a statement trigger with transition tables that does nothing: what PostgreSQL itself
 #            charges for capturing the old and new rows, before any of our work
+# Then single-row saves, what an application does most (pgbench, one client, SAVE_SECONDS each,
+# interleaved over 3 rounds): UPDATE of one random row of plain, of watched (a public column), of
+# watched (an ignored column only), in transactions per second.
 # Each UPDATE is timed with the CHECKPOINT that writes it out; tables are vacuumed between runs.
 # ROWS (default 1000000) and ROUNDS (default 2) can be set in the environment.
 set -euo pipefail
@@ -88,3 +91,22 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo
 echo "[bench] queue rows: $(psql -Atc 'SELECT count(*) FROM indexnow_urls')"
+
+SAVE_SECONDS=${SAVE_SECONDS:-8}
+printf '\n%-6s %12s %14s %15s %8s %8s\n' round plain_tps public_tps ignored_tps public× ignored×
+for round in 1 2 3; do
+  declare -A tps=()
+  for kind in plain public ignored; do
+    case $kind in
+      plain) sql="UPDATE plain SET body = md5(random()::text) WHERE id = :id" ;;
+      public) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id" ;;
+      ignored) sql="UPDATE watched SET sort_order = sort_order + 1 WHERE id = :id" ;;
+    esac
+    printf '\\set id random(1, %d)\n%s;\n' "$ROWS" "$sql" > "$dir/save-$kind.sql"
+    tps[$kind]=$("$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 1 -T "$SAVE_SECONDS" \
+      -f "$dir/save-$kind.sql" postgres 2>/dev/null | awk '/^tps/ { printf "%d", $3 }')
+  done
+  awk -v r="$round" -v p="${tps[plain]}" -v w="${tps[public]}" -v i="${tps[ignored]}" \
+    'BEGIN { printf "%-6s %12d %14d %15d %8.2f %8.2f\n", r, p, w, i, p / w, p / i }'
+done
+echo "(× = how many times longer a save takes than on the plain table)"

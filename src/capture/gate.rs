@@ -28,9 +28,14 @@
 //! that well. This function calls it through the function manager with the same trigger data and
 //! the ids of the watches to run as the trigger's arguments (`TG_ARGV`).
 
+use super::plan::quote_ident;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::ffi::CString;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::PgOid;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
 
 unsafe extern "C-unwind" {
     // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
@@ -43,20 +48,9 @@ unsafe extern "C-unwind" {
     ) -> bool;
 }
 
-/// Per watch of the table (`$1`): its id and the columns a change of which may matter to it —
-/// the primary key and every column it does not ignore. Columns added to the table after the
-/// watch are included: comparing more than the watch needs only makes the gate run it.
-const COMPARED_COLUMNS_SQL: &str = "\
-    SELECT w.id, array_agg(a.attnum ORDER BY a.attnum) \
-      FROM indexnow_watches w \
-      JOIN pg_catalog.pg_attribute a \
-        ON a.attrelid = w.tbl AND a.attnum > 0 AND NOT a.attisdropped \
-     WHERE w.tbl = $1 \
-       AND (a.attname::text <> ALL (w.ignore) \
-            OR EXISTS (SELECT FROM pg_catalog.pg_index i \
-                        WHERE i.indrelid = w.tbl AND i.indisprimary \
-                          AND a.attnum = ANY (i.indkey::int2[]))) \
-     GROUP BY w.id ORDER BY w.id";
+/// The watches of the table (`$1`) and their ignored columns.
+const WATCHES_SQL: &str =
+    "SELECT id, ignore FROM indexnow_watches WHERE tbl = $1::pg_catalog.regclass ORDER BY id";
 
 #[pg_trigger]
 fn indexnow_capture<'a>(
@@ -75,23 +69,60 @@ fn indexnow_capture<'a>(
     Ok(None)
 }
 
-/// The ids of the watches for which some row of this UPDATE differs in a compared column.
+thread_local! {
+    /// [`WATCHES_SQL`] planned once per backend and extension schema: a single-row save of a
+    /// watched table runs it every time, and planning took longer than running it.
+    static WATCHES_PLANS: RefCell<HashMap<String, OwnedPreparedStatement>> =
+        RefCell::new(HashMap::new());
+}
+
+/// The ids of the watches for which some row of this UPDATE differs in a compared column: the
+/// primary key and every column the watch does not ignore. Columns added to the table after the
+/// watch are compared too: comparing more than the watch's statement does only makes it run.
 fn watches_with_changes(data: &pg_sys::TriggerData) -> Vec<i32> {
+    let relation = data.tg_relation;
     // SAFETY: a trigger's relation is open for the duration of the call.
-    let relid = unsafe { (*data.tg_relation).rd_id };
-    let watches: Vec<(i32, Vec<i16>)> = Spi::connect(|client| {
-        client
-            .select(COMPARED_COLUMNS_SQL, None, &[relid.into()])?
-            .map(|row| {
-                Ok((
-                    row.get::<i32>(1)?.unwrap_or(0),
-                    row.get(2)?.unwrap_or_default(),
-                ))
+    let relid = unsafe { (*relation).rd_id };
+    let schema = own_schema(data);
+    let watches: Vec<(i32, Vec<String>)> = WATCHES_PLANS
+        .with(|plans| {
+            let mut plans = plans.borrow_mut();
+            Spi::connect(|client| {
+                if !plans.contains_key(&schema) {
+                    // Named with its schema: a kept plan would otherwise look for the table where
+                    // the extension was when it was planned.
+                    let sql = WATCHES_SQL.replace(
+                        "FROM indexnow_watches",
+                        &format!("FROM {}.indexnow_watches", quote_ident(&schema)),
+                    );
+                    let plan = client.prepare(sql.as_str(), &[PgOid::from(pg_sys::OIDOID)])?;
+                    plans.insert(schema.clone(), plan.keep());
+                }
+                client
+                    .select(&plans[&schema], None, &[relid.into()])?
+                    .map(|row| {
+                        Ok((
+                            row.get::<i32>(1)?.unwrap_or(0),
+                            row.get(2)?.unwrap_or_default(),
+                        ))
+                    })
+                    .collect::<Result<_, pgrx::spi::Error>>()
             })
-            .collect::<Result<_, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"));
-    let columns: Vec<&[i16]> = watches.iter().map(|(_, c)| c.as_slice()).collect();
+        })
+        .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"));
+    // SAFETY: as above; the descriptor and the key's attribute set belong to the open relation.
+    let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
+    let compared: Vec<Vec<i16>> = watches
+        .iter()
+        .map(|(_, ignore)| {
+            attributes
+                .iter()
+                .filter(|(att, name)| key.contains(att) || !ignore.contains(name))
+                .map(|(att, _)| *att)
+                .collect()
+        })
+        .collect();
+    let columns: Vec<&[i16]> = compared.iter().map(Vec::as_slice).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
     let changed = unsafe {
         differing_sets(
@@ -213,13 +244,16 @@ impl Drop for Reader {
 /// Runs `indexnow_capture_statements()` for this trigger event, as if it were the trigger
 /// function, with `watches` (none: all of the table's) as its arguments.
 fn run_statements(data: &pg_sys::TriggerData, watches: &[i32]) {
-    // The function's search_path is the extension's schema (security.sql).
-    let function = Spi::get_one::<pg_sys::Oid>(
-        "SELECT 'indexnow_capture_statements()'::pg_catalog.regprocedure::pg_catalog.oid",
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| error!("indexnow: indexnow_capture_statements() is missing"));
+    // In this function's own schema, the extension's; a catalog cache lookup, not a query (this
+    // runs for every statement that writes a watched table).
+    let schema = CString::new(own_schema(data)).expect("a schema name has no NUL");
+    // SAFETY: catalog lookup by name; the list is built for the call.
+    let function = unsafe {
+        let mut name = pgrx::PgList::<pg_sys::Node>::new();
+        name.push(pg_sys::makeString(schema.as_ptr().cast_mut()).cast());
+        name.push(pg_sys::makeString(c"indexnow_capture_statements".as_ptr().cast_mut()).cast());
+        pg_sys::LookupFuncName(name.into_pg(), 0, std::ptr::null(), false)
+    };
     let args: Vec<CString> = watches
         .iter()
         .map(|id| CString::new(id.to_string()).expect("digits"))
@@ -246,5 +280,48 @@ fn run_statements(data: &pg_sys::TriggerData, watches: &[i32]) {
         };
         let call = flinfo.fn_addr.expect("a function manager entry");
         pg_sys::ffi::pg_guard_ffi_boundary(|| call(&mut fcinfo));
+    }
+}
+
+/// The attribute numbers of the relation's primary key.
+unsafe fn primary_key(relation: pg_sys::Relation) -> Vec<i16> {
+    let set = pg_sys::RelationGetIndexAttrBitmap(
+        relation,
+        pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_PRIMARY_KEY,
+    );
+    let mut key = vec![];
+    let mut member = -1;
+    loop {
+        member = pg_sys::bms_next_member(set, member);
+        if member < 0 {
+            return key;
+        }
+        // members are offset so that system columns fit (see RelationGetIndexAttrBitmap)
+        key.push((member + pg_sys::FirstLowInvalidHeapAttributeNumber) as i16);
+    }
+}
+
+/// The relation's columns that are not dropped: (attribute number, name).
+unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
+    let natts = (*desc).natts as usize;
+    (0..natts)
+        .map(|i| &*(*desc).attrs.as_ptr().add(i))
+        .filter(|a| !a.attisdropped)
+        .map(|a| {
+            let name = CStr::from_ptr(a.attname.data.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            (a.attnum, name)
+        })
+        .collect()
+}
+
+/// The schema of the trigger's function: the extension's.
+fn own_schema(data: &pg_sys::TriggerData) -> String {
+    // SAFETY: the trigger's function exists while it runs; the name is copied out at once.
+    unsafe {
+        let schema =
+            pg_sys::get_namespace_name(pg_sys::get_func_namespace((*data.tg_trigger).tgfoid));
+        CStr::from_ptr(schema).to_string_lossy().into_owned()
     }
 }
