@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sending benchmark (not a test), one run on one cluster with the worker preloaded and the local
 # receiver (release build) on 127.0.0.1:
-#   drain  URLS (default 1000000) due URLs over two hosts, sent by the worker in batches of
-#          10,000: URLs per second from the moment sending is switched on until nothing is
-#          pending, and the worker's peak memory: its anonymous (heap) memory, sampled every
-#          50 ms (shared buffers it touched are shared memory, not its own)
+#   drain  URLS (default 1000000) due URLs over two hosts, sent in batches of 10,000 by one
+#          worker, then (the same queue again) by two (indexnow.workers_per_database = 2), ROUNDS
+#          times (default 1): URLs per second from the moment sending is switched on until
+#          nothing is pending, and a worker's peak memory: its anonymous (heap) memory, sampled
+#          every 50 ms (shared buffers it touched are shared memory, not its own)
 #   idle   one sending pass with URLS pushed rows and nothing due (the pass a worker makes every
 #          naptime), through indexnow_push_now(), averaged over 1,000 runs inside the server
 # Goals (issue 4): drain >= 50,000 URLs/s and < 64 MiB; idle pass < 1 ms.
@@ -31,46 +32,65 @@ trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 echo "[bench] $URLS URLs over two hosts; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
-psql <<SQL
+psql -o /dev/null <<SQL
 CREATE EXTENSION indexnow;
 SELECT indexnow_add_host('a.example.com', 'benchkey-a1');
 SELECT indexnow_add_host('b.example.com', 'benchkey-b2');
+SQL
+
+queue_all() {
+  psql <<SQL
+TRUNCATE indexnow_urls, indexnow_pushes;
 SELECT count(indexnow_queue('https://' || CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END
                             || '.example.com/articles/' || g)) AS queued
   FROM generate_series(1, $URLS) g \gset
 VACUUM ANALYZE indexnow_urls;
+CHECKPOINT;
 SQL
-
-worker_pid() {
+}
+worker_pids() {
   psql -Atc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = 'postgres'"
 }
 heap_kib() {
   awk '/^Anonymous:/ { s += $2 } END { print s + 0 }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0
 }
 
-pid=$(worker_pid)
-[ -n "$pid" ] || { echo "[bench] no worker is running" >&2; exit 1; }
-before=$(heap_kib "$pid")
-peak=$before
-start=$(date +%s.%N)
-psql -c "ALTER SYSTEM SET indexnow.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
-while :; do
-  kib=$(heap_kib "$pid"); [ "$kib" -gt "$peak" ] && peak=$kib
-  # polls the small history table: counting the queue would compete with the worker for the CPU
-  sent=$(psql -Atc "SELECT coalesce(sum(url_count), 0) FROM indexnow_pushes")
-  [ "$sent" -ge "$URLS" ] && break
-  sleep 0.05
-done
-end=$(date +%s.%N)
-hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
-read -r requests sent < <(psql -Atc "SELECT count(*), sum(url_count) FROM indexnow_pushes WHERE status = 200" | tr '|' ' ')
-awk -v n="$sent" -v r="$requests" -v s="$start" -v e="$end" -v p="$peak" -v b="$before" -v h="$hwm" 'BEGIN {
-  t = e - s
-  printf "[bench] drain: %d URLs in %d requests, %.2f s: %.0f URLs/s (goal >= 50000)\n", n, r, t, n / t
-  printf "[bench] worker memory: %.1f MiB peak heap (%.1f MiB before sending; goal < 64 MiB); VmHWM %.1f MiB counts the shared buffers it touched\n", p / 1024, b / 1024, h / 1024
-}'
+# drain WORKERS: the same queue drained by WORKERS workers (indexnow.workers_per_database)
+drain() {
+  local workers=$1 pids=() pid kib peak=0 before=0 start end sent requests
+  psql -c "ALTER SYSTEM SET indexnow.workers_per_database = $workers" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 100); do
+    mapfile -t pids < <(worker_pids)
+    [ "${#pids[@]}" -eq "$workers" ] && break
+    sleep 0.1
+  done
+  [ "${#pids[@]}" -eq "$workers" ] || { echo "[bench] expected $workers workers, found ${#pids[@]}" >&2; exit 1; }
+  queue_all
+  for pid in "${pids[@]}"; do kib=$(heap_kib "$pid"); [ "$kib" -gt "$before" ] && before=$kib; done
+  peak=$before
+  start=$(date +%s.%N)
+  psql -c "ALTER SYSTEM SET indexnow.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+  while :; do
+    for pid in "${pids[@]}"; do kib=$(heap_kib "$pid"); [ "$kib" -gt "$peak" ] && peak=$kib; done
+    # polls the small history table: counting the queue would compete with the worker for the CPU
+    sent=$(psql -Atc "SELECT coalesce(sum(url_count), 0) FROM indexnow_pushes")
+    [ "$sent" -ge "$URLS" ] && break
+    sleep 0.05
+  done
+  end=$(date +%s.%N)
+  psql -c "ALTER SYSTEM SET indexnow.enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+  read -r requests sent < <(psql -Atc "SELECT count(*), sum(url_count) FROM indexnow_pushes WHERE status = 200" | tr '|' ' ')
+  awk -v w="$workers" -v n="$sent" -v r="$requests" -v s="$start" -v e="$end" -v p="$peak" -v b="$before" 'BEGIN {
+    t = e - s
+    printf "[bench] drain, %d worker(s): %d URLs in %d requests, %.2f s: %.0f URLs/s (goal >= 50000); peak heap of one worker %.1f MiB (%.1f before sending; goal < 64 MiB)\n", w, n, r, t, n / t, p / 1024, b / 1024
+  }'
+}
 
-psql -c "ALTER SYSTEM SET indexnow.enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+for round in $(seq "${ROUNDS:-1}"); do
+  drain 1
+  drain 2
+done
+
 psql <<'SQL'
 \echo [bench] idle: 1,000 passes with every row pushed and nothing due
 SET indexnow.enabled = on;

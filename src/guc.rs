@@ -1,7 +1,8 @@
 //! Every setting of the extension: name, default, unit, range and who may change it.
 //!
-//! All settings are `SUSET`: a superuser sets them in `postgresql.conf`, `ALTER SYSTEM`,
-//! `ALTER DATABASE ... SET` or a session, and `pg_reload_conf()` makes the worker take them up. A
+//! All settings but `indexnow.workers_per_database` (`SIGHUP`, see `register`) are `SUSET`: a
+//! superuser sets them in `postgresql.conf`, `ALTER SYSTEM`, `ALTER DATABASE ... SET` or a
+//! session, and `pg_reload_conf()` makes the worker take them up. A
 //! role that may only write content tables cannot change how (or whether) URLs are sent; on
 //! PostgreSQL 15 a superuser can hand one setting to a role with `GRANT SET ON PARAMETER`.
 //! `indexnow.endpoint` decides where keys are sent, so it is also hidden from non-superusers.
@@ -26,6 +27,10 @@ pub static HTTP_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
 pub static BACKOFF_THROTTLED_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 pub static BACKOFF_UNAVAILABLE_S: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
+pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
+
+/// The most `indexnow.workers_per_database` allows: more senders than cores only compete.
+pub const MAX_WORKERS_PER_DATABASE: i32 = 8;
 
 const DAY_S: i32 = 86_400;
 const YEAR_S: i32 = 366 * DAY_S;
@@ -149,6 +154,20 @@ pub fn register() {
         1,
         36_500,
         Suset,
+        none,
+    );
+    // The launcher reads this one, and it is connected to no database: so it is a server-wide
+    // setting (postgresql.conf or ALTER SYSTEM, then a reload), not one a database or a session
+    // can set.
+    GucRegistry::define_int_guc(
+        c"indexnow.workers_per_database",
+        c"How many workers send for each database where indexnow is installed.",
+        c"They claim different rows (FOR UPDATE SKIP LOCKED with a lease) and start with \
+          different hosts: a large backlog drains faster on a machine with spare cores.",
+        &WORKERS_PER_DATABASE,
+        1,
+        MAX_WORKERS_PER_DATABASE,
+        GucContext::Sighup,
         none,
     );
 }

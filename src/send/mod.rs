@@ -13,7 +13,8 @@
 //!
 //! Two kinds of sender, one rule: no URL is ever in two senders' hands (behaviour 17), and no row
 //! lock is held across an HTTP request (behaviour 15).
-//! - The worker ([`Session::Worker`]) claims with `FOR UPDATE SKIP LOCKED` and a lease
+//! - A worker ([`Session::Worker`]; a database has `indexnow.workers_per_database` of them, one by
+//!   default) claims with `FOR UPDATE SKIP LOCKED` and a lease
 //!   (`claimed_until`) in a short transaction that it commits before the request; it marks the
 //!   rows in a second short transaction after. If it dies in between, the lease runs out and the
 //!   rows are due again (behaviour 16). The lease is `http_timeout` plus a margin: longer than a
@@ -94,7 +95,10 @@ impl Settings {
 /// Where a pass runs, which decides how it claims (see the module's comment).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Session {
-    Worker,
+    /// A database worker, the `sender`th of its database's (`indexnow.workers_per_database`).
+    Worker {
+        sender: u32,
+    },
     Caller,
 }
 
@@ -104,7 +108,7 @@ impl Session {
     fn step<R>(self, f: impl FnOnce() -> R) -> R {
         match self {
             Session::Caller => f(),
-            Session::Worker => {
+            Session::Worker { .. } => {
                 let f = std::panic::AssertUnwindSafe(f);
                 pgrx::bgworkers::BackgroundWorker::transaction(move || {
                     let f = f; // the whole wrapper, not its field
@@ -115,7 +119,8 @@ impl Session {
     }
 
     fn told_to_stop(self) -> bool {
-        self == Session::Worker && pgrx::bgworkers::BackgroundWorker::sigterm_received()
+        matches!(self, Session::Worker { .. })
+            && pgrx::bgworkers::BackgroundWorker::sigterm_received()
     }
 }
 
@@ -197,7 +202,13 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
         Spi::run(&format!("SELECT pg_advisory_xact_lock({})", sql::PASS_LOCK))
             .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
     }
-    let hosts = session.step(|| sendable_hosts(&settings));
+    let mut hosts = session.step(|| sendable_hosts(&settings));
+    if let (Session::Worker { sender }, false) = (session, hosts.is_empty()) {
+        // Several workers of one database start with different hosts, so that they do not all
+        // walk the same host's index past each other's locked rows; each goes on to the others.
+        let first = sender as usize % hosts.len();
+        hosts.rotate_left(first);
+    }
     let client = Client::new(settings.http_timeout);
     let mut results = vec![];
     'hosts: for host in hosts {
@@ -325,7 +336,7 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
 /// scheduled pages among them were re-read. `None` when the worker may not claim now because an
 /// `indexnow_push_now()` holds the pass lock.
 fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Claimed)> {
-    if session == Session::Worker {
+    if matches!(session, Session::Worker { .. }) {
         let free: Option<bool> = Spi::get_one(&format!(
             "SELECT pg_try_advisory_xact_lock_shared({})",
             sql::PASS_LOCK
@@ -340,7 +351,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     args.push(settings.batch_size.into());
     args.push(settings.lease().into());
     let query = match session {
-        Session::Worker => sql::claim_with_lease(),
+        Session::Worker { .. } => sql::claim_with_lease(),
         Session::Caller => sql::claim_by_reading(),
     };
     let claimed = Spi::connect_mut(|client| {

@@ -2,7 +2,7 @@
 //! `ALTER DATABASE ... RENAME TO`, `ALTER DATABASE ... SET TABLESPACE` and `CREATE DATABASE ...
 //! TEMPLATE`. A database worker stays connected to its database, and PostgreSQL refuses those
 //! commands while others are connected ("database ... is being accessed by other users"). So, in
-//! the backend that runs one, the worker of that database is asked to stop (and waited for,
+//! the backend that runs one, the workers of that database are asked to stop (and waited for,
 //! briefly) before the command goes ahead; the launcher leaves the database alone for a while
 //! (`LEAVE_ALONE_FOR`, a minute), then serves it again under whatever name it has. Queued URLs
 //! wait meanwhile. TimescaleDB stops its schedulers the same way. Installed only when preloaded.
@@ -35,7 +35,7 @@ unsafe extern "C-unwind" fn on_utility(
         if let Some(name) = database_wanted_alone((*pstmt).utilityStmt) {
             let db = pg_sys::get_database_oid(name, true);
             if db != pg_sys::InvalidOid {
-                registry::stop_worker(db.to_u32());
+                registry::stop_workers(db.to_u32());
             }
         }
         // (pgrx wraps standard_ProcessUtility as a Rust function: it cannot stand in for a hook)

@@ -1,14 +1,15 @@
-//! The background workers: a launcher, and one worker per database where the extension is
+//! The background workers: a launcher, and a worker per database where the extension is
 //! installed (behaviour 18), found without any database named in configuration.
 //!
 //! - The launcher is a static worker (registered while preloading), connected to no database: it
 //!   reads the shared catalog `pg_database` and starts a dynamic worker for each database that
-//!   accepts connections. It looks again every few seconds, and at once when a `CREATE EXTENSION`
+//!   accepts connections (`indexnow.workers_per_database` of them, numbered from 0: one by
+//!   default; several claim different rows and drain a large backlog faster on spare cores). It looks again every few seconds, and at once when a `CREATE EXTENSION`
 //!   commits (see `wake.rs`).
 //! - A database worker exits when its database has no `indexnow` extension (also after a
-//!   `DROP EXTENSION`); the launcher then leaves that database alone until the next
+//!   `DROP EXTENSION`), or when its number is no longer below `indexnow.workers_per_database`; the launcher then leaves that database alone until the next
 //!   `CREATE EXTENSION` anywhere, or a minute has passed.
-//! - `DROP DATABASE` stops that database's worker first (`ddl.rs`): PostgreSQL refuses to drop a
+//! - `DROP DATABASE` stops that database's workers first (`ddl.rs`): PostgreSQL refuses to drop a
 //!   database someone is connected to.
 //! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
 //!   sent; after promotion the launcher starts and serves every database.
@@ -76,8 +77,16 @@ pub fn state_for_status() -> String {
         return "not running: this server is a hot standby (the worker starts after promotion)"
             .to_string();
     }
-    match registry::worker_of(unsafe { pg_sys::MyDatabaseId }.to_u32()) {
-        Some(slot) => {
+    let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
+    if workers.is_empty() {
+        return "not running: not started yet (the launcher starts them within seconds; if it \
+                does not, raise max_worker_processes)"
+            .to_string();
+    }
+    // One worker: "running: idle (pid 123)"; several: "running: sending (pid 123), idle (pid 124)".
+    let each = workers
+        .iter()
+        .map(|slot| {
             let state = match slot.state {
                 State::Starting => "starting",
                 State::Idle => "idle",
@@ -85,12 +94,10 @@ pub fn state_for_status() -> String {
                 State::Disabled => "idle: indexnow.enabled is off",
                 State::Free | State::NoExtension | State::Stopped => "stopping",
             };
-            format!("running: {state} (pid {})", slot.pid)
-        }
-        None => "not running: not started yet (the launcher starts one per database within \
-                 seconds; if it does not, raise max_worker_processes)"
-            .to_string(),
-    }
+            format!("{state} (pid {})", slot.pid)
+        })
+        .collect::<Vec<_>>();
+    format!("running: {}", each.join(", "))
 }
 
 /// A database worker the launcher started, and when.
@@ -107,7 +114,7 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
     registry::set_launcher();
     log!("indexnow launcher started");
 
-    let mut running: HashMap<u32, Started> = HashMap::new();
+    let mut running: HashMap<(u32, u32), Started> = HashMap::new();
     // Databases left alone (no extension, or being dropped): the generation to wait past, and
     // since when.
     let mut left_alone: HashMap<u32, (u64, Instant)> = HashMap::new();
@@ -116,45 +123,48 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         let generation = registry::generation();
-        running.retain(|db, started| match started.handle.pid() {
+        running.retain(|&(db, _), started| match started.handle.pid() {
             Ok(_) => true,
             Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
             Err(_) => {
                 // Left alone until the next CREATE EXTENSION: one committed after this worker
                 // started may have come too late for it to see; a database being dropped waits
                 // for one committed from now on.
-                match registry::exit_reason(*db) {
+                match registry::exit_reason(db) {
                     Some(State::NoExtension) => {
-                        left_alone.insert(*db, (started.generation, Instant::now()));
+                        left_alone.insert(db, (started.generation, Instant::now()));
                     }
                     Some(State::Stopped) => {
-                        left_alone.insert(*db, (generation, Instant::now()));
+                        left_alone.insert(db, (generation, Instant::now()));
                     }
                     _ => {}
                 }
                 false
             }
         });
-        for db in databases() {
-            if running.contains_key(&db) {
-                continue;
-            }
+        let senders = guc::WORKERS_PER_DATABASE.get() as u32;
+        'databases: for db in databases() {
             if let Some((seen, at)) = left_alone.get(&db) {
                 if *seen == generation && at.elapsed() < LEAVE_ALONE_FOR {
                     continue;
                 }
             }
             left_alone.remove(&db);
-            match start_worker(db) {
-                Some(handle) => {
-                    running.insert(db, Started { handle, generation });
+            for sender in 0..senders {
+                if running.contains_key(&(db, sender)) {
+                    continue;
                 }
-                None => {
-                    warning!(
-                        "indexnow: could not start a worker for database {db}: no free \
-                         background worker slot (raise max_worker_processes)"
-                    );
-                    break;
+                match start_worker(db, sender) {
+                    Some(handle) => {
+                        running.insert((db, sender), Started { handle, generation });
+                    }
+                    None => {
+                        warning!(
+                            "indexnow: could not start a worker for database {db}: no free \
+                             background worker slot (raise max_worker_processes)"
+                        );
+                        break 'databases;
+                    }
                 }
             }
         }
@@ -165,14 +175,19 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
     log!("indexnow launcher stopped");
 }
 
-fn start_worker(db: u32) -> Option<DynamicBackgroundWorker> {
-    BackgroundWorkerBuilder::new(&format!("indexnow worker for database {db}"))
+/// The worker's argument: its database and its number, in one Datum.
+fn worker_argument(db: u32, sender: u32) -> pg_sys::Datum {
+    pg_sys::Datum::from((u64::from(sender) << 32) | u64::from(db))
+}
+
+fn start_worker(db: u32, sender: u32) -> Option<DynamicBackgroundWorker> {
+    BackgroundWorkerBuilder::new(&format!("indexnow worker {sender} for database {db}"))
         .set_type(WORKER_TYPE)
         .set_library("indexnow")
         .set_function("indexnow_worker_main")
         .enable_spi_access()
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_argument(Some(pg_sys::Datum::from(db)))
+        .set_argument(Some(worker_argument(db, sender)))
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic()
         .ok()
@@ -206,15 +221,18 @@ fn databases() -> Vec<u32> {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
-    let db = arg.value() as u32;
+    let (db, sender) = (arg.value() as u32, (arg.value() as u64 >> 32) as u32);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
-    if !registry::enter(db) {
-        return; // another worker serves this database
+    if !registry::enter(db, sender) {
+        return; // another process is this worker already
     }
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if sender >= guc::WORKERS_PER_DATABASE.get() as u32 {
+            break; // indexnow.workers_per_database was lowered
         }
         if !BackgroundWorker::transaction(use_extension_schema) {
             registry::set_state(db, State::NoExtension);
@@ -223,7 +241,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         let enabled = guc::ENABLED.get();
         if enabled {
             registry::set_state(db, State::Sending);
-            run_pass(Session::Worker);
+            run_pass(Session::Worker { sender });
         }
         let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
         let sleep = BackgroundWorker::transaction(|| sleep_before_next_pass(naptime));

@@ -1,15 +1,16 @@
 //! What the launcher, the database workers and ordinary backends share, in shared memory: which
-//! worker serves which database and what it is doing, the launcher's pid, and a counter that
-//! `CREATE EXTENSION` bumps so the launcher looks at databases again.
+//! workers serve which database (one per sender number, `indexnow.workers_per_database` of them)
+//! and what each is doing, the launcher's pid, and a counter that `CREATE EXTENSION` bumps so the
+//! launcher looks at databases again.
 //!
 //! It exists only when the library is preloaded; every function here is a no-op otherwise.
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
 
-/// At most this many databases are served at once (each also needs a background worker slot:
+/// At most this many database workers run at once (each also needs a background worker slot:
 /// `max_worker_processes`).
-pub const MAX_DATABASES: usize = 64;
+pub const MAX_WORKERS: usize = 64;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -28,6 +29,8 @@ pub enum State {
 #[derive(Copy, Clone)]
 pub struct Slot {
     pub db: u32,
+    /// Which of the database's workers: 0 .. `indexnow.workers_per_database`.
+    pub sender: u32,
     pub pid: i32,
     /// The address of the worker's process latch (in shared memory, the same in every process).
     latch: usize,
@@ -40,7 +43,7 @@ pub struct Registry {
     launcher_latch: usize,
     /// Bumped at the commit of every `CREATE EXTENSION indexnow`.
     generation: u64,
-    slots: [Slot; MAX_DATABASES],
+    slots: [Slot; MAX_WORKERS],
 }
 
 impl Default for Registry {
@@ -51,10 +54,11 @@ impl Default for Registry {
             generation: 0,
             slots: [Slot {
                 db: 0,
+                sender: 0,
                 pid: 0,
                 latch: 0,
                 state: State::Free,
-            }; MAX_DATABASES],
+            }; MAX_WORKERS],
         }
     }
 }
@@ -99,33 +103,34 @@ pub fn bump_generation() {
     }
 }
 
-/// Takes the slot of `db` for this process. `false` when another live worker has it (the
-/// launcher started two) or no slot is free.
-pub fn enter(db: u32) -> bool {
+/// Takes the slot of worker `sender` of `db` for this process. `false` when another live worker
+/// has it (the launcher started two) or no slot is free.
+pub fn enter(db: u32, sender: u32) -> bool {
     let pid = unsafe { pg_sys::MyProcPid };
     let mut r = REGISTRY.exclusive();
-    if let Some(s) = r
-        .slots
-        .iter()
-        .find(|s| s.state != State::Free && s.db == db)
-    {
+    let mine = |s: &Slot| s.state != State::Free && s.db == db && s.sender == sender;
+    if let Some(s) = r.slots.iter().find(|s| mine(s)) {
         if s.pid != pid && process_alive(s.pid) {
             return false;
         }
     }
-    let slot = match r
-        .slots
-        .iter()
-        .position(|s| s.state != State::Free && s.db == db)
-    {
+    let slot = match r.slots.iter().position(mine) {
         Some(i) => i,
-        None => match r.slots.iter().position(|s| s.state == State::Free) {
+        // A free slot, else one whose worker has exited (its exit reason, kept for the launcher,
+        // is lost only when every slot is taken: dropped databases leave theirs behind).
+        None => match r
+            .slots
+            .iter()
+            .position(|s| s.state == State::Free)
+            .or_else(|| r.slots.iter().position(|s| !process_alive(s.pid)))
+        {
             Some(i) => i,
             None => return false,
         },
     };
     r.slots[slot] = Slot {
         db,
+        sender,
         pid,
         latch: my_latch(),
         state: State::Starting,
@@ -153,20 +158,22 @@ pub fn exit_reason(db: u32) -> Option<State> {
         .map(|s| s.state)
 }
 
-/// Asks the worker of `db` to stop, and waits up to five seconds for it to go.
-pub fn stop_worker(db: u32) {
-    let Some(slot) = worker_of(db) else {
-        return;
-    };
+/// Asks the workers of `db` to stop, and waits up to five seconds for them to go.
+pub fn stop_workers(db: u32) {
+    let workers = workers_of(db);
     {
         let mut r = REGISTRY.exclusive();
-        if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == slot.pid) {
-            s.state = State::Stopped;
+        for s in r.slots.iter_mut() {
+            if s.db == db && workers.iter().any(|w| w.pid == s.pid) {
+                s.state = State::Stopped;
+            }
         }
     }
-    unsafe { libc_kill(slot.pid, pg_sys::SIGTERM as i32) };
+    for w in &workers {
+        unsafe { libc_kill(w.pid, pg_sys::SIGTERM as i32) };
+    }
     for _ in 0..500 {
-        if !process_alive(slot.pid) {
+        if !workers.iter().any(|w| process_alive(w.pid)) {
             return;
         }
         unsafe { pg_sys::pg_usleep(10_000) };
@@ -178,22 +185,25 @@ pub fn leave(db: u32) {
     set_state(db, State::Free);
 }
 
-/// The worker serving `db`, if any.
-pub fn worker_of(db: u32) -> Option<Slot> {
+/// The live workers serving `db`, in sender order.
+pub fn workers_of(db: u32) -> Vec<Slot> {
     if !available() {
-        return None;
+        return vec![];
     }
-    REGISTRY
+    let mut workers: Vec<Slot> = REGISTRY
         .share()
         .slots
         .iter()
-        .find(|s| s.state != State::Free && s.db == db && process_alive(s.pid))
+        .filter(|s| s.state != State::Free && s.db == db && process_alive(s.pid))
         .copied()
+        .collect();
+    workers.sort_by_key(|s| s.sender);
+    workers
 }
 
-/// Wakes the worker of `db`, if there is one.
-pub fn wake_worker(db: u32) {
-    if let Some(slot) = worker_of(db) {
+/// Wakes the workers of `db`: each runs a pass (they claim different rows, or find nothing).
+pub fn wake_workers(db: u32) {
+    for slot in workers_of(db) {
         set_latch(slot.latch);
     }
 }

@@ -45,7 +45,7 @@ unsafe extern "C-unwind" fn on_transaction_end(
     match event {
         XACT_EVENT_COMMIT => {
             if WAKE_WORKER.swap(false, Ordering::Relaxed) {
-                registry::wake_worker(unsafe { pg_sys::MyDatabaseId }.to_u32());
+                registry::wake_workers(unsafe { pg_sys::MyDatabaseId }.to_u32());
             }
             if WAKE_LAUNCHER.swap(false, Ordering::Relaxed) {
                 registry::bump_generation();

@@ -649,6 +649,98 @@ fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
     assert_eq!(recorded, 100, "one record per URL sent");
 }
 
+fn worker_pids(db: &mut postgres::Client, datname: &str) -> Vec<i32> {
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    db.query(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = $1",
+        &[&datname],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn set_workers_per_database(db: &mut postgres::Client, n: i32) {
+    db.batch_execute(&format!(
+        "ALTER SYSTEM SET indexnow.workers_per_database = {n}"
+    ))
+    .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").unwrap();
+}
+
+#[test]
+fn several_workers_of_one_database_send_at_once_and_never_one_url_twice() {
+    let receiver = receiver();
+    receiver.set_default(Reply::Hang { hang_ms: 300 }); // a slow endpoint: the workers overlap
+    let cluster = cluster(
+        &receiver,
+        &[
+            "indexnow.batch_size = 50",
+            "indexnow.workers_per_database = 3",
+        ],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    let mut admin = cluster.connect("postgres");
+    wait_until("three workers serve the database", SECONDS(30), || {
+        worker_pids(&mut admin, "site").len() == 3
+    });
+    let status: String = db
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(status.matches("(pid ").count(), 3, "{status}");
+    db.batch_execute(
+        "SELECT indexnow_add_host('a.example.com', 'hostkey-a1'); \
+         SELECT indexnow_add_host('b.example.com', 'hostkey-b2'); \
+         SELECT indexnow_queue('https://' || h || '.example.com/p/' || g) \
+           FROM generate_series(1, 600) g, unnest('{a,b}'::text[]) h",
+    )
+    .unwrap();
+    wait_until("1,200 URLs arrive", SECONDS(60), || {
+        accepted_urls(&receiver.received()).len() == 1_200
+    });
+    wait_until("every push is recorded", SECONDS(10), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
+    let urls = accepted_urls(&receiver.received());
+    let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dupes.is_empty(), "sent twice: {dupes:?}");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(url_count)::bigint FROM indexnow_pushes"
+        ),
+        1_200,
+        "one record per URL sent"
+    );
+    // One worker sends one request at a time: requests in flight together were sent by several.
+    let overlapping = count(
+        &mut db,
+        "SELECT count(*) FROM indexnow_pushes p JOIN indexnow_pushes q \
+            ON p.id < q.id AND p.pushed_at < q.pushed_at + q.duration \
+                           AND q.pushed_at < p.pushed_at + p.duration",
+    );
+    assert!(overlapping > 0, "no two requests were in flight at once");
+
+    // The number follows the setting at a reload, down and up.
+    set_workers_per_database(&mut admin, 1);
+    wait_until("one worker is left", SECONDS(30), || {
+        worker_pids(&mut admin, "site").len() == 1
+    });
+    set_workers_per_database(&mut admin, 2);
+    wait_until("two workers serve the database", SECONDS(30), || {
+        worker_pids(&mut admin, "site").len() == 2
+    });
+    // DROP DATABASE gets every one of them out of the way.
+    drop(db);
+    admin.batch_execute("DROP DATABASE site").unwrap();
+    assert!(worker_pids(&mut admin, "site").is_empty());
+}
+
 #[test]
 fn a_server_restart_loses_nothing_and_keeps_a_pause() {
     let receiver = receiver();
