@@ -4,11 +4,13 @@
 //! - The launcher is a static worker (registered while preloading), connected to no database: it
 //!   reads the shared catalog `pg_database` and starts a dynamic worker for each database that
 //!   accepts connections (`indexnow.workers_per_database` of them, numbered from 0: one by
-//!   default; several claim different rows and drain a large backlog faster on spare cores). It looks again every few seconds, and at once when a `CREATE EXTENSION`
-//!   commits (see `wake.rs`).
+//!   default; several claim different rows and drain a large backlog faster on spare cores). It
+//!   looks again every few seconds, and at once when a `CREATE EXTENSION` commits (see
+//!   `wake.rs`).
 //! - A database worker exits when its database has no `indexnow` extension (also after a
-//!   `DROP EXTENSION`), or when its number is no longer below `indexnow.workers_per_database`; the launcher then leaves that database alone until the next
-//!   `CREATE EXTENSION` anywhere, or a minute has passed.
+//!   `DROP EXTENSION`); the launcher then leaves that database alone until the next
+//!   `CREATE EXTENSION` anywhere, or a minute has passed. It also exits when a reload lowered
+//!   `indexnow.workers_per_database` below its number.
 //! - `DROP DATABASE` stops that database's workers first (`ddl.rs`): PostgreSQL refuses to drop a
 //!   database someone is connected to.
 //! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
@@ -151,7 +153,9 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
             }
             left_alone.remove(&db);
             for sender in 0..senders {
-                if running.contains_key(&(db, sender)) {
+                // (a worker started by an earlier launcher process, which exited with an ERROR
+                // and was restarted, is still serving: starting another would only see it exit)
+                if running.contains_key(&(db, sender)) || registry::serves(db, sender) {
                     continue;
                 }
                 match start_worker(db, sender) {

@@ -201,6 +201,11 @@ pub fn workers_of(db: u32) -> Vec<Slot> {
     workers
 }
 
+/// Whether worker `sender` of `db` is alive.
+pub fn serves(db: u32, sender: u32) -> bool {
+    workers_of(db).iter().any(|s| s.sender == sender)
+}
+
 /// Wakes the workers of `db`: each runs a pass (they claim different rows, or find nothing).
 pub fn wake_workers(db: u32) {
     for slot in workers_of(db) {
