@@ -17,7 +17,6 @@ REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, 
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_capture_statements() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
@@ -30,8 +29,15 @@ ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @ex
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
--- The capture trigger reads the watches of the table whoever writes it.
-ALTER FUNCTION indexnow_capture() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+-- The capture trigger reads the watches of the table and writes the queue whoever writes the
+-- table. jit is off: a capture statement is a short pipeline whose plan cost (transition tables
+-- have no statistics) can look large enough to trigger JIT, which then costs more than the
+-- statement (measured: 735 ms of compilation for an 834 ms statement over 20,000 rows). work_mem
+-- is raised for the statement's pairing of old and new rows, which otherwise spills to disk in
+-- many batches on a bulk UPDATE (measured: 1.05 s -> 0.79 s for 200,000 rows). Each watch's
+-- statement sets the watch's search_path; this SET clause puts the caller's back on return.
+ALTER FUNCTION indexnow_capture() SECURITY DEFINER SET search_path = @extschema@, pg_temp
+    SET jit = off SET work_mem = '64MB';
 ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 -- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
 -- expressions with the caller's search_path (and names its own objects with their schema).

@@ -331,6 +331,64 @@ fn a_failing_watch_never_fails_the_write() {
 }
 
 #[pg_test]
+fn a_failing_watch_is_rolled_back_alone_and_the_other_watches_still_queue() {
+    run("CREATE TABLE items (id int PRIMARY KEY, n int)");
+    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$)");
+    run("SELECT indexnow_watch('items', url => 'https://www.example.com/ok/{id}')");
+    let queued = |like: &str| {
+        count(&format!(
+            "SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/{like}/%'"
+        ))
+    };
+    // A bulk statement (planned afresh): one row fails the first watch's statement, which queues
+    // nothing at all; the second watch queues every row.
+    run("INSERT INTO items SELECT g, CASE WHEN g = 1 THEN 0 ELSE g END FROM generate_series(1, 200) g");
+    assert_eq!((queued("i"), queued("ok")), (0, 200));
+    // Single-row statements (kept plans), the good and the failing.
+    run("INSERT INTO items VALUES (300, 5)");
+    assert_eq!((queued("i"), queued("ok")), (1, 201));
+    run("INSERT INTO items VALUES (301, 0)");
+    assert_eq!((queued("i"), queued("ok")), (1, 202));
+    assert_eq!(count("SELECT count(*) FROM items"), 202);
+}
+
+#[pg_test]
+fn a_cancel_during_capture_cancels_the_write() {
+    run("CREATE TABLE slow (id int PRIMARY KEY)");
+    run(
+        "SELECT indexnow_watch('slow', url_sql => $$'https://www.example.com/s/' || id || \
+           CASE WHEN id = 1 THEN CASE WHEN pg_cancel_backend(pg_backend_pid()) \
+                                      THEN (SELECT '' FROM pg_sleep(1)) END END$$)",
+    );
+    run("CREATE TABLE outcome (what text)");
+    run(
+        "DO $$ BEGIN \
+           INSERT INTO slow VALUES (1); \
+           INSERT INTO outcome VALUES ('written'); \
+         EXCEPTION WHEN query_canceled THEN INSERT INTO outcome VALUES ('canceled'); END $$",
+    );
+    assert_eq!(text("SELECT string_agg(what, ',') FROM outcome").as_deref(), Some("canceled"));
+    assert_eq!(count("SELECT count(*) FROM slow"), 0);
+}
+
+#[pg_test]
+fn a_replaced_watch_is_followed_by_the_next_save() {
+    site();
+    publish("news");
+    run("UPDATE pages SET body = 'one' WHERE slug = 'news'");
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
+           visible => $$status = 'published'$$, ignore => '{body}')",
+    );
+    run("UPDATE indexnow_urls SET settled_seq = request_seq");
+    // the same backend saved through the old statements just before
+    run("UPDATE pages SET body = 'two' WHERE slug = 'news'");
+    assert_eq!(pending(), "");
+    run("UPDATE pages SET title = 'two' WHERE slug = 'news'");
+    assert_eq!(pending(), "https://www.example.com/th/news changed");
+}
+
+#[pg_test]
 fn rollback_of_a_statement_queues_nothing() {
     site();
     run(

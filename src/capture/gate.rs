@@ -2,9 +2,9 @@
 //! of the capture statements.
 //!
 //! Every capture trigger (statement-level, with transition tables, plus TRUNCATE) calls this
-//! function. It hands the event to `indexnow_capture_statements()` (sql/capture.sql), which runs,
-//! for each watch of the table, the set-based statement `indexnow_watch()` generated
-//! (`super::plan`) — except that for an UPDATE it first asks which watches have anything to do.
+//! function. It hands the event to `super::runner`, which runs, for each watch of the table, the
+//! set-based statement `indexnow_watch()` generated (`super::plan`) — except that for an UPDATE
+//! it first asks which watches have anything to do.
 //!
 //! Why: a bulk UPDATE that changes only ignored columns (a view counter, `sort_order`,
 //! `updated_at`) is common and must stay cheap, and the capture statement pays for pairing every
@@ -22,20 +22,11 @@
 //! the same compared columns before and after, which is exactly "the statement's pairs are all
 //! unchanged". (PostgreSQL does write each updated row's old and new versions at the same
 //! position, so in practice the first changed row is found where it is.)
-//!
-//! The statements themselves stay in plpgsql: each runs in its own subtransaction so that a
-//! failing watch becomes a WARNING and the user's write succeeds; plpgsql's exception blocks do
-//! that well. This function calls it through the function manager with the same trigger data and
-//! the ids of the watches to run as the trigger's arguments (`TG_ARGV`).
 
-use super::plan::quote_ident;
+use super::runner::{self, Watch};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::spi::OwnedPreparedStatement;
-use pgrx::PgOid;
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 
 unsafe extern "C-unwind" {
     // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
@@ -48,96 +39,51 @@ unsafe extern "C-unwind" {
     ) -> bool;
 }
 
-/// The watches of the table (`$1`) and their ignored columns.
-const WATCHES_SQL: &str =
-    "SELECT id, ignore FROM indexnow_watches WHERE tbl = $1::pg_catalog.regclass ORDER BY id";
-
 #[pg_trigger]
 fn indexnow_capture<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
     let data = trigger.trigger_data();
+    let mut watches = runner::watches(data);
     let is_update = data.tg_event & pg_sys::TRIGGER_EVENT_OPMASK == pg_sys::TRIGGER_EVENT_UPDATE;
     if is_update && !data.tg_oldtable.is_null() && !data.tg_newtable.is_null() {
-        let watches = watches_with_changes(data);
-        if !watches.is_empty() {
-            run_statements(data, &watches);
-        }
-    } else {
-        run_statements(data, &[]);
+        let changed = changed(data, &watches);
+        let mut each = changed.iter();
+        watches.retain(|_| *each.next().expect("one flag per watch"));
+    }
+    if !watches.is_empty() {
+        runner::run(data, &watches);
     }
     Ok(None)
 }
 
-thread_local! {
-    /// [`WATCHES_SQL`] planned once per backend and extension schema: a single-row save of a
-    /// watched table runs it every time, and planning took longer than running it.
-    static WATCHES_PLANS: RefCell<HashMap<String, OwnedPreparedStatement>> =
-        RefCell::new(HashMap::new());
-}
-
-/// The ids of the watches for which some row of this UPDATE differs in a compared column: the
-/// primary key and every column the watch does not ignore. Columns added to the table after the
-/// watch are compared too: comparing more than the watch's statement does only makes it run.
-fn watches_with_changes(data: &pg_sys::TriggerData) -> Vec<i32> {
+/// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
+/// key and every column the watch does not ignore. Columns added to the table after the watch are
+/// compared too: comparing more than the watch's statement does only makes it run.
+fn changed(data: &pg_sys::TriggerData, watches: &[Watch]) -> Vec<bool> {
     let relation = data.tg_relation;
-    // SAFETY: a trigger's relation is open for the duration of the call.
-    let relid = unsafe { (*relation).rd_id };
-    let schema = own_schema(data);
-    let watches: Vec<(i32, Vec<String>)> = WATCHES_PLANS
-        .with(|plans| {
-            let mut plans = plans.borrow_mut();
-            Spi::connect(|client| {
-                if !plans.contains_key(&schema) {
-                    // Named with its schema: a kept plan would otherwise look for the table where
-                    // the extension was when it was planned.
-                    let sql = WATCHES_SQL.replace(
-                        "FROM indexnow_watches",
-                        &format!("FROM {}.indexnow_watches", quote_ident(&schema)),
-                    );
-                    let plan = client.prepare(sql.as_str(), &[PgOid::from(pg_sys::OIDOID)])?;
-                    plans.insert(schema.clone(), plan.keep());
-                }
-                client
-                    .select(&plans[&schema], None, &[relid.into()])?
-                    .map(|row| {
-                        Ok((
-                            row.get::<i32>(1)?.unwrap_or(0),
-                            row.get(2)?.unwrap_or_default(),
-                        ))
-                    })
-                    .collect::<Result<_, pgrx::spi::Error>>()
-            })
-        })
-        .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"));
-    // SAFETY: as above; the descriptor and the key's attribute set belong to the open relation.
+    // SAFETY: the descriptor and the key's attribute set belong to the open relation.
     let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
     let compared: Vec<Vec<i16>> = watches
         .iter()
-        .map(|(_, ignore)| {
+        .map(|watch| {
             attributes
                 .iter()
-                .filter(|(att, name)| key.contains(att) || !ignore.contains(name))
+                .filter(|(att, name)| key.contains(att) || !watch.ignore.contains(name))
                 .map(|(att, _)| *att)
                 .collect()
         })
         .collect();
     let columns: Vec<&[i16]> = compared.iter().map(Vec::as_slice).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
-    let changed = unsafe {
+    unsafe {
         differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
             (*data.tg_relation).rd_att,
             &columns,
         )
-    };
-    watches
-        .iter()
-        .zip(changed)
-        .filter(|(_, changed)| *changed)
-        .map(|((id, _), _)| *id)
-        .collect()
+    }
 }
 
 /// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
@@ -241,48 +187,6 @@ impl Drop for Reader {
     }
 }
 
-/// Runs `indexnow_capture_statements()` for this trigger event, as if it were the trigger
-/// function, with `watches` (none: all of the table's) as its arguments.
-fn run_statements(data: &pg_sys::TriggerData, watches: &[i32]) {
-    // In this function's own schema, the extension's; a catalog cache lookup, not a query (this
-    // runs for every statement that writes a watched table).
-    let schema = CString::new(own_schema(data)).expect("a schema name has no NUL");
-    // SAFETY: catalog lookup by name; the list is built for the call.
-    let function = unsafe {
-        let mut name = pgrx::PgList::<pg_sys::Node>::new();
-        name.push(pg_sys::makeString(schema.as_ptr().cast_mut()).cast());
-        name.push(pg_sys::makeString(c"indexnow_capture_statements".as_ptr().cast_mut()).cast());
-        pg_sys::LookupFuncName(name.into_pg(), 0, std::ptr::null(), false)
-    };
-    let args: Vec<CString> = watches
-        .iter()
-        .map(|id| CString::new(id.to_string()).expect("digits"))
-        .collect();
-    let mut argv: Vec<*mut std::ffi::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
-    // SAFETY: everything passed lives until the call returns; the callee reads the trigger data
-    // and its arguments only during the call (plpgsql copies TG_ARGV).
-    unsafe {
-        let mut flinfo: pg_sys::FmgrInfo = std::mem::zeroed();
-        pg_sys::fmgr_info(function, &mut flinfo);
-        let mut trigger: pg_sys::Trigger = *data.tg_trigger;
-        trigger.tgnargs = argv.len() as i16;
-        trigger.tgargs = if argv.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            argv.as_mut_ptr()
-        };
-        let mut event: pg_sys::TriggerData = *data;
-        event.tg_trigger = &mut trigger;
-        let mut fcinfo = pg_sys::FunctionCallInfoBaseData {
-            flinfo: &mut flinfo,
-            context: (&mut event as *mut pg_sys::TriggerData).cast(),
-            ..Default::default()
-        };
-        let call = flinfo.fn_addr.expect("a function manager entry");
-        pg_sys::ffi::pg_guard_ffi_boundary(|| call(&mut fcinfo));
-    }
-}
-
 /// The attribute numbers of the relation's primary key.
 unsafe fn primary_key(relation: pg_sys::Relation) -> Vec<i16> {
     let set = pg_sys::RelationGetIndexAttrBitmap(
@@ -317,7 +221,7 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
 }
 
 /// The schema of the trigger's function: the extension's.
-fn own_schema(data: &pg_sys::TriggerData) -> String {
+pub(super) fn own_schema(data: &pg_sys::TriggerData) -> String {
     // SAFETY: the trigger's function exists while it runs; the name is copied out at once.
     unsafe {
         let schema =
