@@ -21,7 +21,6 @@ REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_wake_worker_at_commit() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;

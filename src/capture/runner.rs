@@ -98,8 +98,8 @@ pub struct Watch {
     sql: String,
 }
 
-/// Runs the statements of `watches` for this trigger event. Wakes the worker at commit when
-/// something was queued.
+/// Runs the statements of `watches` for this trigger event. Wakes the workers at commit when a
+/// statement ran.
 pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
     let event = Event::of(data);
     // SAFETY: the transition tables, when there are any, belong to this trigger call.
@@ -114,7 +114,7 @@ pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
     let keep_plan = rows <= KEEP_PLAN_ROWS;
     // SAFETY: a trigger's relation is open for the duration of the call.
     let (table_schema, table) = unsafe { relation_name(data.tg_relation) };
-    let queued = Spi::connect_mut(|client| {
+    let ran = Spi::connect_mut(|client| {
         // The transition tables become visible to the statements as indexnow_old and indexnow_new.
         // SAFETY: the trigger data outlives this connection.
         let registered =
@@ -122,11 +122,11 @@ pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
         if registered < 0 {
             error!("indexnow: could not register the transition tables ({registered})");
         }
-        let mut queued = false;
+        let mut ran = false;
         for watch in watches {
             set_search_path(client, &watch.search_path);
             match run_one(client, watch, keep_plan) {
-                Ok(n) => queued |= n > 0,
+                Ok(()) => ran = true,
                 Err(message) => warning!(
                     "indexnow: {} on {table_schema}.{table} was not captured for {}: {message}",
                     event.name(),
@@ -134,10 +134,13 @@ pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
                 ),
             }
         }
-        queued
+        ran
     });
-    if queued {
-        // the worker looks at the queue when (and if) this transaction commits
+    if ran {
+        // The workers look at the queue when (and if) this transaction commits. Whether the
+        // statement queued anything is not known here: its upsert is a CTE, and the row count a
+        // statement reports is its last part's (the cancellations). Waking when nothing was queued
+        // (a draft saved) costs the worker one idle pass, under a millisecond.
         crate::worker::worker_at_commit();
     }
 }
@@ -201,9 +204,9 @@ fn set_search_path(client: &mut SpiClient<'_>, search_path: &str) {
         .unwrap_or_else(|e| error!("indexnow: setting the watch's search_path: {e}"));
 }
 
-/// Runs one watch's statement in a subtransaction: the rows it wrote, or the error's message
-/// once the subtransaction is rolled back.
-fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result<usize, String> {
+/// Runs one watch's statement in a subtransaction; the error's message once the subtransaction is
+/// rolled back.
+fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result<(), String> {
     // SAFETY: the subtransaction is begun and ended here, around code that either returns or
     // raises into the catch below; the memory context and resource owner are put back after,
     // as PL/pgSQL does for its exception blocks.
@@ -215,14 +218,14 @@ fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result
         let client = std::panic::AssertUnwindSafe(client);
         let outcome = PgTryBuilder::new(move || {
             let client = client;
-            let rows = execute(client.0, watch, keep_plan);
+            execute(client.0, watch, keep_plan);
             pg_sys::ReleaseCurrentSubTransaction();
-            Ok(rows)
+            Ok(())
         })
         .catch_others(|caught| Err(Box::new(caught)))
         .execute();
         let outcome = match outcome {
-            Ok(rows) => Ok(rows),
+            Ok(()) => Ok(()),
             Err(caught) => {
                 pg_sys::MemoryContextSwitchTo(context);
                 pg_sys::RollbackAndReleaseCurrentSubTransaction();
@@ -244,8 +247,8 @@ fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result
     }
 }
 
-/// The statement's rows written; raises on any error.
-fn execute(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> usize {
+/// Runs the statement; raises on any error.
+fn execute(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) {
     let result = if keep_plan {
         STATEMENT_PLANS.with(|plans| {
             let mut plans = plans.borrow_mut();
@@ -253,14 +256,10 @@ fn execute(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> usize 
                 let plan = client.prepare_mut(watch.sql.as_str(), &[])?.keep();
                 plans.insert(watch.sql.clone(), plan);
             }
-            client
-                .update(&plans[&watch.sql], None, &[])
-                .map(|t| t.len())
+            client.update(&plans[&watch.sql], None, &[]).map(|_| ())
         })
     } else {
-        client
-            .update(watch.sql.as_str(), None, &[])
-            .map(|t| t.len())
+        client.update(watch.sql.as_str(), None, &[]).map(|_| ())
     };
     result.unwrap_or_else(|e| error!("{e}"))
 }

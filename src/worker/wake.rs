@@ -1,5 +1,5 @@
 //! Waking the worker at commit, not by polling: a transaction that queued something asks for a
-//! wake-up, and when (and only if) it commits, the worker of its database is woken to look at
+//! wake-up, and when (and only if) it commits, the workers of its database are woken to look at
 //! the queue at once. A `CREATE EXTENSION` wakes the launcher the same way, so the new database
 //! gets its worker without waiting for the launcher's next look.
 //!
@@ -14,7 +14,7 @@ static CALLBACK_REGISTERED: AtomicBool = AtomicBool::new(false);
 static WAKE_WORKER: AtomicBool = AtomicBool::new(false);
 static WAKE_LAUNCHER: AtomicBool = AtomicBool::new(false);
 
-/// Wake this database's worker when the current transaction commits.
+/// Wake this database's workers when the current transaction commits.
 pub fn worker_at_commit() {
     if super::preloaded() {
         register_callback();
@@ -60,12 +60,6 @@ unsafe extern "C-unwind" fn on_transaction_end(
         }
         _ => {}
     }
-}
-
-/// Called by the capture trigger function after it queued something.
-#[pg_extern(volatile, parallel_unsafe)]
-fn indexnow_wake_worker_at_commit() {
-    worker_at_commit();
 }
 
 /// Called by the extension's script: the launcher starts this database's worker at commit.

@@ -1112,6 +1112,23 @@ fn a_commit_wakes_the_worker_without_waiting_for_naptime() {
         "sent after {:?}: the worker slept on",
         started.elapsed()
     );
+    // A save of a watched table wakes it the same way (the capture trigger asks for it).
+    db.batch_execute(&format!(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/w/{{slug}}')"
+    ))
+    .unwrap();
+    let started = Instant::now();
+    db.batch_execute("INSERT INTO pages VALUES (1, 'woken')")
+        .unwrap();
+    wait_until("the saved page is sent", SECONDS(30), || {
+        accepted_urls(&receiver.received()).contains_key(&format!("https://{HOST}/w/woken"))
+    });
+    assert!(
+        started.elapsed() < SECONDS(10),
+        "sent after {:?}: the worker slept on",
+        started.elapsed()
+    );
 }
 
 #[test]
