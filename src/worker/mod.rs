@@ -17,7 +17,8 @@
 //!   sent; after promotion the launcher starts and serves every database.
 //! - A worker runs a pass (`crate::send`), then sleeps until the next row becomes due or
 //!   `naptime`, whichever is sooner; a commit that queued something wakes it. SIGHUP reloads the
-//!   settings; SIGTERM ends it between two requests.
+//!   settings; SIGTERM ends it between two requests. A launcher ended by SIGTERM outside a
+//!   shutdown (`pg_terminate_backend()`) is started again by the postmaster.
 
 mod ddl;
 pub mod registry;
@@ -176,7 +177,12 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
             break;
         }
     }
+    // Exit code 1: the postmaster starts a launcher again after its restart time (5 s), unless
+    // the server is shutting down. Exit code 0 would unregister it for good, and a
+    // `pg_terminate_backend()` of the launcher would leave new databases unserved until a restart
+    // (the database workers it started keep running).
     log!("indexnow launcher stopped");
+    unsafe { pg_sys::proc_exit(1) };
 }
 
 /// The worker's argument: its database and its number, in one Datum.

@@ -832,6 +832,38 @@ fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
     admin.batch_execute("DROP DATABASE one").unwrap();
 }
 
+fn launcher_pid(db: &mut postgres::Client) -> Option<i32> {
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    db.query_opt(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow launcher'",
+        &[],
+    )
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+#[test]
+fn a_terminated_launcher_comes_back_and_serves_new_databases() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut admin = cluster.connect("postgres");
+    wait_until("the launcher runs", SECONDS(30), || {
+        launcher_pid(&mut admin).is_some()
+    });
+    let first = launcher_pid(&mut admin).unwrap();
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&first])
+        .unwrap();
+    wait_until("another launcher runs", SECONDS(30), || {
+        launcher_pid(&mut admin).is_some_and(|pid| pid != first)
+    });
+    let mut db = cluster.create_db_with_extension("late");
+    queue_for_host(&mut db, "/late/", 1);
+    wait_until("the new database is served", SECONDS(30), || {
+        accepted_urls(&receiver.received()).contains_key(&format!("https://{HOST}/late/1"))
+    });
+}
+
 #[test]
 fn a_served_database_can_be_copied_renamed_and_moved_and_is_served_again() {
     let receiver = receiver();
