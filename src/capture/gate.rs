@@ -23,7 +23,7 @@
 //! unchanged". (PostgreSQL does write each updated row's old and new versions at the same
 //! position, so in practice the first changed row is found where it is.)
 
-use super::runner::{self, Watch};
+use super::runner::{self, Event, Watch};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CStr;
@@ -45,7 +45,7 @@ fn indexnow_capture<'a>(
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
     let data = trigger.trigger_data();
     let mut watches = runner::watches(data);
-    let is_update = data.tg_event & pg_sys::TRIGGER_EVENT_OPMASK == pg_sys::TRIGGER_EVENT_UPDATE;
+    let is_update = Event::of(data) == Event::Update;
     if is_update && !data.tg_oldtable.is_null() && !data.tg_newtable.is_null() {
         let changed = changed(data, &watches);
         let mut each = changed.iter();

@@ -23,6 +23,7 @@ use super::gate::own_schema;
 use super::plan::quote_ident;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient};
@@ -127,11 +128,20 @@ pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
             set_search_path(client, &watch.search_path);
             match run_one(client, watch, keep_plan) {
                 Ok(()) => ran = true,
-                Err(message) => warning!(
-                    "indexnow: {} on {table_schema}.{table} was not captured for {}: {message}",
-                    event.name(),
-                    watch.pattern
-                ),
+                Err(message) => ErrorReport::new(
+                    PgSqlErrorCode::ERRCODE_WARNING,
+                    format!(
+                        "indexnow: {} on {table_schema}.{table} was not captured for {}: {message}",
+                        event.name(),
+                        watch.pattern
+                    ),
+                    "indexnow_capture",
+                )
+                .set_hint(
+                    "The write itself succeeded. Fix the watch with indexnow_watch(), then run \
+                     indexnow_reconcile() to catch up.",
+                )
+                .report(PgLogLevel::WARNING),
             }
         }
         ran

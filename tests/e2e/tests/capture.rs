@@ -101,6 +101,10 @@ fn a_failing_watch_warns_and_the_write_succeeds() {
         "{out}"
     );
     assert!(out.contains("division by zero"), "{out}");
+    assert!(
+        out.contains("HINT:  The write itself succeeded. Fix the watch with indexnow_watch()"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -559,14 +559,29 @@ fn a_leased_row_slot_taken_by_another_row_during_the_push_is_not_settled() {
     assert_eq!(urls.get("https://www.example.com/two"), Some(&2));
 }
 
-fn worker_pid(db: &mut postgres::Client, datname: &str) -> Option<i32> {
+/// The pids of the backends of `backend_type` (connected to `datname`, if given).
+fn pids_of(db: &mut postgres::Client, backend_type: &str, datname: Option<&str>) -> Vec<i32> {
     db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    db.query_opt(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = $1",
-        &[&datname],
+    db.query(
+        "SELECT pid FROM pg_stat_activity \
+          WHERE backend_type = $1 AND ($2::text IS NULL OR datname = $2)",
+        &[&backend_type, &datname],
     )
     .unwrap()
+    .iter()
     .map(|r| r.get(0))
+    .collect()
+}
+
+/// The one worker of `datname`, if any.
+fn worker_pid(db: &mut postgres::Client, datname: &str) -> Option<i32> {
+    let pids = worker_pids(db, datname);
+    assert!(pids.len() <= 1, "one worker expected: {pids:?}");
+    pids.first().copied()
+}
+
+fn worker_pids(db: &mut postgres::Client, datname: &str) -> Vec<i32> {
+    pids_of(db, "indexnow worker", Some(datname))
 }
 
 #[test]
@@ -647,18 +662,6 @@ fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
         "SELECT sum(url_count)::bigint FROM indexnow_pushes",
     );
     assert_eq!(recorded, 100, "one record per URL sent");
-}
-
-fn worker_pids(db: &mut postgres::Client, datname: &str) -> Vec<i32> {
-    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    db.query(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = $1",
-        &[&datname],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 fn set_workers_per_database(db: &mut postgres::Client, n: i32) {
@@ -833,13 +836,7 @@ fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
 }
 
 fn launcher_pid(db: &mut postgres::Client) -> Option<i32> {
-    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    db.query_opt(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow launcher'",
-        &[],
-    )
-    .unwrap()
-    .map(|r| r.get(0))
+    pids_of(db, "indexnow launcher", None).first().copied()
 }
 
 #[test]
