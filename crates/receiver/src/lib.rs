@@ -274,9 +274,11 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
             r
         }
     };
-    // Recorded once answered: a test that reads `received` sees what the sender was told.
-    let _ = request.respond(response);
+    // Recorded after any hang and before the answer goes out: once the sender has its answer,
+    // a test that reads `received` finds the request (recording after `respond` raced with a
+    // test that asserted right after `indexnow_push_now()` returned).
     state.lock().unwrap().received.push(record);
+    let _ = request.respond(response);
 }
 
 #[cfg(test)]
