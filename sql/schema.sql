@@ -57,6 +57,11 @@ CREATE TABLE indexnow_urls (
 CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
     WHERE request_seq > settled_seq;
 
+-- indexnow_status() counts the refused URLs per host: few rows, found without reading the queue
+-- (measured: 40 ms a call with 200,000 pushed URLs without it). Only settles write failed_at, and
+-- they write the pending index's columns anyway, so this index makes no HOT update non-HOT.
+CREATE INDEX indexnow_urls_failed ON indexnow_urls (host) WHERE failed_at IS NOT NULL;
+
 -- What indexnow_watch() set up: one row per watched table and URL pattern, with the SQL it
 -- generated for each trigger event (run by indexnow_capture(), see src/capture/gate.rs) and for
 -- reconcile.

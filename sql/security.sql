@@ -25,7 +25,11 @@ REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
-ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+-- indexnow_status() is a monitoring call: no parallel workers. The planner takes a third of the
+-- queue to be pending (it cannot estimate request_seq > settled_seq) and started two workers to
+-- count an empty pending index: 5 ms of a 7 ms call, measured with 200,000 pushed URLs.
+ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp
+    SET max_parallel_workers_per_gather = 0;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
 -- The capture trigger reads the watches of the table and writes the queue whoever writes the

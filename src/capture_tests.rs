@@ -353,6 +353,37 @@ fn a_failing_watch_is_rolled_back_alone_and_the_other_watches_still_queue() {
 }
 
 #[pg_test]
+fn a_watch_whose_url_writes_another_watched_table_queues_both() {
+    // The capture statement of `articles` calls a function that writes `audit`, whose own
+    // capture trigger runs a kept statement while the first one is still running.
+    run("CREATE TABLE audit (id serial PRIMARY KEY, note text)");
+    run("SELECT indexnow_watch('audit', url => 'https://www.example.com/audit/{id}')");
+    run(
+        "CREATE FUNCTION slug_noted(slug text) RETURNS text LANGUAGE sql VOLATILE AS \
+           $$ INSERT INTO audit (note) VALUES (slug) RETURNING note $$",
+    );
+    run("CREATE TABLE articles (id int PRIMARY KEY, slug text)");
+    run(
+        "SELECT indexnow_watch('articles', \
+           url_sql => $$'https://www.example.com/a/' || slug_noted(slug)$$)",
+    );
+    for id in 1..=3 {
+        run(&format!("INSERT INTO articles VALUES ({id}, 'story-{id}')"));
+    }
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/a/story-%'"),
+        3
+    );
+    // Every row the function wrote was captured too (the URL expression may be evaluated more
+    // than once a row, so the count is the audit table's).
+    assert!(count("SELECT count(*) FROM audit") >= 3);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/audit/%'"),
+        count("SELECT count(*) FROM audit")
+    );
+}
+
+#[pg_test]
 fn a_cancel_during_capture_cancels_the_write() {
     run("CREATE TABLE slow (id int PRIMARY KEY)");
     run(

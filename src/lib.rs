@@ -9,6 +9,7 @@
 //! - `status`       `indexnow_status()`
 //! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
 //! - `worker`       the launcher and the per-database workers, waking them at commit
+//! - `kept`         statements planned once per backend (SPI_keepplan)
 //! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`),
 //!   grants and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
@@ -20,6 +21,7 @@ mod capture;
 mod error;
 mod guc;
 mod hosts;
+mod kept;
 mod queue;
 mod send;
 mod status;

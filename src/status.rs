@@ -65,17 +65,13 @@ fn indexnow_status() -> TableIterator<
           ORDER BY n.host"
     );
     let rows: Vec<StatusRow> = Spi::connect(|client| {
-        client
-            .select(
-                &sql,
-                None,
-                &[
-                    now().into(),
-                    debounce.into(),
-                    min_gap.into(),
-                    repeat_after.into(),
-                ],
-            )?
+        let args = [
+            now().into(),
+            debounce.into(),
+            min_gap.into(),
+            repeat_after.into(),
+        ];
+        crate::kept::read(client, &sql, &args)?
             .map(|r| {
                 Ok((
                     r.get::<String>(1)?,

@@ -473,3 +473,16 @@ fn push_now_does_not_send_what_its_own_transaction_queued() {
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_backoff"), 0);
 }
+
+#[pg_test]
+fn status_writes_nothing() {
+    // Read through `select`: the tests' helpers go through pgrx's `Spi::get_one`, which takes a
+    // transaction id itself.
+    let read = |sql: &str| {
+        Spi::connect(|c| c.select(sql, None, &[])?.first().get_one::<String>()).unwrap()
+    };
+    let xid = "SELECT pg_current_xact_id_if_assigned()::text";
+    assert_eq!(read(xid), None, "the test began with a transaction id");
+    assert!(read("SELECT string_agg(worker, ',') FROM indexnow_status()").is_some());
+    assert_eq!(read(xid), None, "indexnow_status() took a transaction id");
+}

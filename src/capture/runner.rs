@@ -21,15 +21,13 @@
 
 use super::gate::own_schema;
 use super::plan::quote_ident;
+use crate::kept;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
-use pgrx::spi::{OwnedPreparedStatement, SpiClient};
-use pgrx::PgOid;
-use std::cell::RefCell;
-use std::collections::HashMap;
+use pgrx::spi::SpiClient;
 
 /// At most this many rows in each transition table: the statement's plan is kept and reused.
 const KEEP_PLAN_ROWS: i64 = 100;
@@ -38,19 +36,6 @@ const KEEP_PLAN_ROWS: i64 = 100;
 const WATCHES_SQL: &str = "SELECT ignore, pattern, search_path, on_insert, on_update, \
             on_delete, on_truncate \
        FROM indexnow_watches WHERE tbl = $1::pg_catalog.regclass ORDER BY id";
-
-thread_local! {
-    /// [`WATCHES_SQL`] planned once per backend and extension schema: a single-row save of a
-    /// watched table runs it every time, and planning took longer than running it.
-    static WATCHES_PLANS: RefCell<HashMap<String, OwnedPreparedStatement>> =
-        RefCell::new(HashMap::new());
-    /// The set_config call that gives each statement its watch's search_path.
-    static SEARCH_PATH_PLAN: RefCell<Option<OwnedPreparedStatement>> = const { RefCell::new(None) };
-    /// Statement plans for small events, by statement text: a watch replaced by
-    /// `indexnow_watch()` has new statements, and so new plans.
-    static STATEMENT_PLANS: RefCell<HashMap<String, OwnedPreparedStatement>> =
-        RefCell::new(HashMap::new());
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Event {
@@ -162,56 +147,35 @@ pub fn watches(data: &pg_sys::TriggerData) -> Vec<Watch> {
     let schema = own_schema(data);
     // SAFETY: a trigger's relation is open for the duration of the call.
     let relid = unsafe { (*data.tg_relation).rd_id };
-    WATCHES_PLANS
-        .with(|plans| {
-            let mut plans = plans.borrow_mut();
-            Spi::connect(|client| {
-                if !plans.contains_key(&schema) {
-                    // Named with its schema: a kept plan would otherwise look for the table where
-                    // the extension was when it was planned.
-                    let sql = WATCHES_SQL.replace(
-                        "FROM indexnow_watches",
-                        &format!("FROM {}.indexnow_watches", quote_ident(&schema)),
-                    );
-                    let plan = client.prepare(sql.as_str(), &[PgOid::from(pg_sys::OIDOID)])?;
-                    plans.insert(schema.clone(), plan.keep());
-                }
-                client
-                    .select(&plans[&schema], None, &[relid.into()])?
-                    .map(|row| {
-                        Ok(Watch {
-                            ignore: row.get(1)?.unwrap_or_default(),
-                            pattern: row.get(2)?.unwrap_or_default(),
-                            search_path: row.get(3)?.unwrap_or_default(),
-                            sql: row.get(event.column())?.unwrap_or_default(),
-                        })
-                    })
-                    .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    // Named with its schema: a kept plan would otherwise look for the table where the extension
+    // was when it was planned.
+    let sql = WATCHES_SQL.replace(
+        "FROM indexnow_watches",
+        &format!("FROM {}.indexnow_watches", quote_ident(&schema)),
+    );
+    Spi::connect(|client| {
+        kept::read(client, &sql, &[relid.into()])?
+            .map(|row| {
+                Ok(Watch {
+                    ignore: row.get(1)?.unwrap_or_default(),
+                    pattern: row.get(2)?.unwrap_or_default(),
+                    search_path: row.get(3)?.unwrap_or_default(),
+                    sql: row.get(event.column())?.unwrap_or_default(),
+                })
             })
-        })
-        .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"))
 }
 
 fn set_search_path(client: &mut SpiClient<'_>, search_path: &str) {
-    SEARCH_PATH_PLAN
-        .with(|plan| {
-            let mut plan = plan.borrow_mut();
-            if plan.is_none() {
-                let prepared = client.prepare(
-                    "SELECT pg_catalog.set_config('search_path', $1, true)",
-                    &[PgOid::from(pg_sys::TEXTOID)],
-                )?;
-                *plan = Some(prepared.keep());
-            }
-            client
-                .update(
-                    plan.as_ref().expect("prepared above"),
-                    None,
-                    &[search_path.into()],
-                )
-                .map(|_| ())
-        })
-        .unwrap_or_else(|e| error!("indexnow: setting the watch's search_path: {e}"));
+    kept::write(
+        client,
+        "SELECT pg_catalog.set_config('search_path', $1, true)",
+        &[search_path.into()],
+    )
+    .map(|_| ())
+    .unwrap_or_else(|e| error!("indexnow: setting the watch's search_path: {e}"));
 }
 
 /// Runs one watch's statement in a subtransaction; the error's message once the subtransaction is
@@ -260,14 +224,7 @@ fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result
 /// Runs the statement; raises on any error.
 fn execute(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) {
     let result = if keep_plan {
-        STATEMENT_PLANS.with(|plans| {
-            let mut plans = plans.borrow_mut();
-            if !plans.contains_key(&watch.sql) {
-                let plan = client.prepare_mut(watch.sql.as_str(), &[])?.keep();
-                plans.insert(watch.sql.clone(), plan);
-            }
-            client.update(&plans[&watch.sql], None, &[]).map(|_| ())
-        })
+        kept::write(client, &watch.sql, &[]).map(|_| ())
     } else {
         client.update(watch.sql.as_str(), None, &[]).map(|_| ())
     };

@@ -32,6 +32,7 @@ mod push_now;
 pub(crate) mod sql;
 
 use crate::guc;
+use crate::kept;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
 use indexnow_protocol::client::Client;
@@ -199,7 +200,9 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
         return vec![];
     }
     if session == Session::Caller {
-        Spi::run(&format!("SELECT pg_advisory_xact_lock({})", sql::PASS_LOCK))
+        // As a write: the statements after it then take a fresh snapshot each (pgrx runs them
+        // read-write once the transaction has written), and see what a call it waited for settled.
+        Spi::connect_mut(|client| kept::write(client, &sql::take_pass_lock(), &[]).map(|_| ()))
             .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
     }
     let mut hosts = session.step(|| sendable_hosts(&settings));
@@ -309,7 +312,7 @@ fn push(
 }
 
 fn now() -> TimestampWithTimeZone {
-    Spi::get_one("SELECT clock_timestamp()")
+    kept::get_one("SELECT clock_timestamp()", &[])
         .ok()
         .flatten()
         .unwrap_or_else(|| error!("indexnow: no clock"))
@@ -317,9 +320,8 @@ fn now() -> TimestampWithTimeZone {
 
 fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     let args = settings.claim_args(now());
-    Spi::connect(|client| {
-        client
-            .select(&sql::sendable_hosts(), None, &args)?
+    Spi::connect_mut(|client| {
+        kept::read(client, &sql::sendable_hosts(), &args)?
             .map(|r| {
                 Ok(Host {
                     host: r.get(1)?.unwrap_or_default(),
@@ -337,11 +339,8 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
 /// `indexnow_push_now()` holds the pass lock.
 fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Claimed)> {
     if matches!(session, Session::Worker { .. }) {
-        let free: Option<bool> = Spi::get_one(&format!(
-            "SELECT pg_try_advisory_xact_lock_shared({})",
-            sql::PASS_LOCK
-        ))
-        .unwrap_or_else(|e| error!("indexnow: could not try the pass lock: {e}"));
+        let free: Option<bool> = kept::get_one(&sql::try_pass_lock_shared(), &[])
+            .unwrap_or_else(|e| error!("indexnow: could not try the pass lock: {e}"));
         if free != Some(true) {
             return None;
         }
@@ -356,7 +355,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     };
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
-        for r in client.update(&query, None, &args)? {
+        for r in kept::write(client, &query, &args)? {
             c.url_hash.push(r.get(1)?.unwrap_or_default());
             c.url.push(r.get(2)?.unwrap_or_default());
             c.reason.push(r.get(3)?.unwrap_or_default());
@@ -544,7 +543,7 @@ fn record(
     let recorded = Spi::connect_mut(|client| {
         let mut found = std::collections::HashSet::new();
         let by_tid = sql::settle(settle, Locate::ByTid);
-        for r in client.update(&by_tid, None, &with_answer(claimed.args()))? {
+        for r in kept::write(client, &by_tid, &with_answer(claimed.args()))? {
             found.insert(r.get::<Vec<u8>>(1)?.unwrap_or_default());
         }
         if found.len() < claimed.len() {
@@ -557,12 +556,12 @@ fn record(
             let mut moved = claimed.clone();
             moved.retain(&keep);
             let by_key = sql::settle(settle, Locate::ByKey);
-            client.update(&by_key, None, &with_answer(moved.args()))?;
+            kept::write(client, &by_key, &with_answer(moved.args()))?;
         }
         if let Some((scope, pause)) = pause {
-            client.update(
+            kept::write(
+                client,
                 sql::PAUSE,
-                None,
                 &[
                     scope.into(),
                     pause.as_secs_f64().into(),
@@ -572,9 +571,9 @@ fn record(
             )?;
         }
         let note = (!note.is_empty()).then_some(note);
-        client.update(
+        kept::write(
+            client,
             sql::RECORD,
-            None,
             &[
                 host.into(),
                 (claimed.len() as i32).into(),
@@ -613,13 +612,8 @@ fn prune(settings: &Settings) {
 /// that is due but cannot be sent now (no key, paused, leased) does not make it spin: `naptime`.
 pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
     let args = Settings::now().claim_args(now());
-    let wait: Option<f64> = Spi::connect(|client| {
-        client
-            .select(&sql::seconds_to_next_due(), None, &args)?
-            .first()
-            .get_one()
-    })
-    .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
+    let wait: Option<f64> = kept::get_one(&sql::seconds_to_next_due(), &args)
+        .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
         Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
         _ => naptime,

@@ -12,7 +12,17 @@ use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
 /// Who takes advisory locks of this key (`pg_advisory_*lock(PASS_LOCK)`): sending passes only.
 /// A worker's claim transaction holds it shared, an `indexnow_push_now()` call exclusive until
 /// its caller's transaction ends. See `super` for why.
-pub const PASS_LOCK: &str = "hashtext('indexnow'), 1";
+const PASS_LOCK: &str = "hashtext('indexnow'), 1";
+
+/// `indexnow_push_now()`'s hold on the pass lock, until its caller's transaction ends.
+pub fn take_pass_lock() -> String {
+    format!("SELECT pg_advisory_xact_lock({PASS_LOCK})")
+}
+
+/// A worker's claim transaction's share of the pass lock: true when it has it.
+pub fn try_pass_lock_shared() -> String {
+    format!("SELECT pg_try_advisory_xact_lock_shared({PASS_LOCK})")
+}
 
 /// In a dry run (`$5`), a request a dry run has already decided on is not decided again.
 const UNDECIDED_SQL: &str = "(NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)";

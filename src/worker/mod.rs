@@ -273,10 +273,13 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
 /// Points this worker's search_path at the extension's schema; `false` when the extension is not
 /// installed in this database (any more).
 fn use_extension_schema() -> bool {
-    let set: Option<String> = Spi::get_one(
-        "SELECT set_config('search_path', quote_ident(n.nspname) || ', pg_catalog', false) \
-           FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+    // A read (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
+    let set: Option<String> = crate::kept::get_one(
+        "SELECT pg_catalog.set_config('search_path', \
+                pg_catalog.quote_ident(n.nspname) || ', pg_catalog', false) \
+           FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
           WHERE e.extname = 'indexnow'",
+        &[],
     )
     .unwrap_or(None);
     set.is_some()

@@ -1220,3 +1220,36 @@ fn the_worker_sleeps_until_the_next_url_is_due_not_for_naptime() {
         "sent after {took:?}: the worker slept on"
     );
 }
+
+#[test]
+fn an_idle_worker_takes_no_transaction_id() {
+    // An idle pass only reads: taking a transaction id per pass would burn through xids and
+    // write a commit record every naptime on an idle server.
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.naptime = '100ms'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/p/", 3);
+    wait_until("the URLs are pushed", SECONDS(30), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
+    let next_xid = |db: &mut postgres::Client| -> i64 {
+        db.query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let before = next_xid(&mut db);
+    std::thread::sleep(SECONDS(3)); // about 30 idle passes
+    let taken = next_xid(&mut db) - before;
+    assert!(taken < 5, "{taken} transaction ids taken while idle");
+    let worker: String = db
+        .query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(worker.starts_with("running: idle"), "{worker}");
+}
