@@ -7,7 +7,8 @@
 #          nothing is pending, and a worker's peak memory: its anonymous (heap) memory, sampled
 #          every 50 ms (shared buffers it touched are shared memory, not its own)
 #   idle   one sending pass with URLS pushed rows and nothing due (the pass a worker makes every
-#          naptime), through indexnow_push_now(), averaged over 1,000 runs inside the server
+#          naptime), through indexnow_push_now(), averaged over 1,000 runs inside the server;
+#          and indexnow_status() over the same rows, averaged over 100 calls
 # Goals (issue 4): drain >= 50,000 URLs/s and < 64 MiB; idle pass < 1 ms.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,16 +92,29 @@ for round in $(seq "${ROUNDS:-1}"); do
   drain 2
 done
 
-psql <<'SQL'
-\echo [bench] idle: 1,000 passes with every row pushed and nothing due
+# idle WHEN: the idle pass and indexnow_status(), with every row pushed and nothing due
+idle() {
+  psql -v label="$1" <<'SQL'
 SET indexnow.enabled = on;
+SET bench.label = :'label';
 DO $$
-DECLARE t0 timestamptz; n int;
+DECLARE t0 timestamptz; n int; pass numeric; status numeric;
 BEGIN
   SELECT count(*) INTO n FROM indexnow_urls WHERE request_seq = settled_seq;
   t0 := clock_timestamp();
   FOR i IN 1..1000 LOOP PERFORM * FROM indexnow_push_now(); END LOOP;
-  RAISE NOTICE '[bench] idle pass (indexnow_push_now) over % pushed rows: % ms (goal < 1 ms)', n,
-    round((extract(epoch FROM clock_timestamp() - t0) * 1000 / 1000)::numeric, 3);
+  pass := round((extract(epoch FROM clock_timestamp() - t0) * 1000 / 1000)::numeric, 3);
+  t0 := clock_timestamp();
+  FOR i IN 1..100 LOOP PERFORM * FROM indexnow_status(); END LOOP;
+  status := round((extract(epoch FROM clock_timestamp() - t0) * 1000 / 100)::numeric, 3);
+  RAISE NOTICE '[bench] idle, %: pass (indexnow_push_now, 1,000 runs) over % pushed rows % ms (goal < 1 ms); indexnow_status() % ms',
+    current_setting('bench.label'), n, pass, status;
 END $$;
 SQL
+}
+# Right after the drains the pending index still holds the drained rows' dead entries, which
+# every pass steps over until (auto)vacuum removes them; then as a vacuumed table leaves it.
+psql -c "ALTER SYSTEM SET autovacuum = off" -c "SELECT pg_reload_conf()" >/dev/null
+idle "right after the drains"
+psql -c "VACUUM indexnow_urls" >/dev/null
+idle "after VACUUM"
