@@ -608,8 +608,9 @@ fn prune(settings: &Settings) {
         .unwrap_or_else(|e| error!("indexnow: could not prune indexnow_pushes: {e}"));
 }
 
-/// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. A row
-/// that is due but cannot be sent now (no key, paused, leased) does not make it spin: `naptime`.
+/// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. Rows
+/// that cannot be sent now (their host has no key, is disabled or paused) do not count; a leased
+/// row counts from the end of its lease.
 pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
     let args = Settings::now().claim_args(now());
     let wait: Option<f64> = kept::get_one(&sql::seconds_to_next_due(), &args)

@@ -40,14 +40,17 @@ pub fn sendable_hosts() -> String {
     let claimable = claimable();
     format!(
         "SELECT h.host, h.key, h.key_location FROM indexnow_hosts h \
-          WHERE h.enabled \
-            AND NOT EXISTS (SELECT FROM indexnow_backoff b \
-                             WHERE b.scope IN ('*', h.host) AND b.until > $1) \
+          WHERE {HOST_MAY_SEND} \
             AND EXISTS (SELECT FROM indexnow_urls \
                          WHERE host = h.host AND {DUE_SQL} AND {claimable}) \
           ORDER BY h.host"
     )
 }
+
+/// A host (`h`, a row of `indexnow_hosts`) that may be sent for now: enabled, and neither all
+/// sending nor this host paused. (A host with no row has no key: it may not.)
+const HOST_MAY_SEND: &str = "h.enabled \
+     AND NOT EXISTS (SELECT FROM indexnow_backoff b WHERE b.scope IN ('*', h.host) AND b.until > $1)";
 
 /// The due rows of one host (`$6`), at most `$7` of them, longest quiet first; `and` adds a
 /// condition.
@@ -173,10 +176,24 @@ pub const PRUNE: &str =
 
 /// Seconds from `$1` until the next row becomes sendable (due, and its lease, if any, passed),
 /// for the worker's sleep; NULL when nothing is pending. Same parameters as the claims.
+///
+/// Only rows of hosts that may be sent for now count. The rows of a host without a key, disabled
+/// or paused are due and cannot be sent: counted, they made the next due time "now", so the
+/// worker slept `naptime` and another host's row due in two seconds waited for it; and a large
+/// held backlog was read in full at every wake-up (measured: 0.3 s with 1,000,000 held URLs,
+/// most of it JIT compilation).
 pub fn seconds_to_next_due() -> String {
+    // Host by host through the pending index: as `host IN (...)` the planner (which takes a third
+    // of the queue to be pending) read the whole pending index instead, 260 ms with a million
+    // held URLs against 0.35 ms.
     format!(
-        "SELECT extract(epoch FROM min(greatest({DUE_AT_SQL}, claimed_until)) - $1)::float8 \
-           FROM indexnow_urls WHERE request_seq > settled_seq AND {UNDECIDED_SQL}"
+        "SELECT extract(epoch FROM min(n.next_at) - $1)::float8 \
+           FROM indexnow_hosts h \
+          CROSS JOIN LATERAL ( \
+                SELECT min(greatest({DUE_AT_SQL}, claimed_until)) AS next_at \
+                  FROM indexnow_urls \
+                 WHERE host = h.host AND request_seq > settled_seq AND {UNDECIDED_SQL}) n \
+          WHERE {HOST_MAY_SEND}"
     )
 }
 

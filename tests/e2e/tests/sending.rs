@@ -1222,6 +1222,44 @@ fn the_worker_sleeps_until_the_next_url_is_due_not_for_naptime() {
 }
 
 #[test]
+fn a_held_host_does_not_make_the_worker_oversleep_another_hosts_url() {
+    let receiver = receiver();
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.naptime = '10min'", "indexnow.debounce = '2s'"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    // URLs of a host without a key: due after the debounce, and held (never sendable).
+    db.batch_execute(
+        "SELECT indexnow_queue('https://keyless.example.com/p/' || g) FROM generate_series(1, 5) g",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2_500));
+    let started = Instant::now();
+    queue_for_host(&mut db, "/p/", 1);
+    wait_until("the keyed host's URL is sent", SECONDS(30), || {
+        !receiver.received().is_empty()
+    });
+    let took = started.elapsed();
+    assert!(
+        took < SECONDS(10),
+        "sent after {took:?}: the held URLs made the worker sleep for naptime"
+    );
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].request.as_ref().unwrap().host, HOST);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls \
+              WHERE host = 'keyless.example.com' AND request_seq > settled_seq"
+        ),
+        5,
+        "held, not sent"
+    );
+}
+
+#[test]
 fn an_idle_worker_takes_no_transaction_id() {
     // An idle pass only reads: taking a transaction id per pass would burn through xids and
     // write a commit record every naptime on an idle server.
