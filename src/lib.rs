@@ -10,6 +10,7 @@
 //! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
 //! - `worker`       the launcher and the per-database workers, waking them at commit
 //! - `kept`         statements planned once per backend (SPI_keepplan)
+//! - `subtransaction`  work that may fail alone (a watch's statement, a re-read)
 //! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`),
 //!   grants and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
@@ -25,6 +26,7 @@ mod kept;
 mod queue;
 mod send;
 mod status;
+mod subtransaction;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -486,3 +486,20 @@ fn status_writes_nothing() {
     assert!(read("SELECT string_agg(worker, ',') FROM indexnow_status()").is_some());
     assert_eq!(read(xid), None, "indexnow_status() took a transaction id");
 }
+
+#[pg_test]
+fn sending_and_status_run_without_jit_and_status_without_parallel_workers() {
+    // Their statements are short, but the planner cannot estimate the pending rows and their
+    // costs can pass jit_above_cost and the parallel thresholds (docs/design.md).
+    let config = |function: &str| {
+        text(&format!(
+            "SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE proname = '{function}'"
+        ))
+        .unwrap_or_default()
+    };
+    let status = config("indexnow_status");
+    assert!(status.contains("jit=off"), "{status}");
+    assert!(status.contains("max_parallel_workers_per_gather=0"), "{status}");
+    let push_now = config("indexnow_push_now");
+    assert!(push_now.contains("jit=off"), "{push_now}");
+}

@@ -21,11 +21,9 @@
 
 use super::gate::own_schema;
 use super::plan::quote_ident;
-use crate::kept;
+use crate::{kept, subtransaction};
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -110,8 +108,8 @@ pub fn run(data: &pg_sys::TriggerData, watches: &[Watch]) {
         }
         let mut ran = false;
         for watch in watches {
-            set_search_path(client, &watch.search_path);
-            match run_one(client, watch, keep_plan) {
+            kept::set_local_search_path(client, &watch.search_path);
+            match subtransaction::run(|| execute(client, watch, keep_plan)) {
                 Ok(()) => ran = true,
                 Err(message) => ErrorReport::new(
                     PgSqlErrorCode::ERRCODE_WARNING,
@@ -166,59 +164,6 @@ pub fn watches(data: &pg_sys::TriggerData) -> Vec<Watch> {
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watches of the table: {e}"))
-}
-
-fn set_search_path(client: &mut SpiClient<'_>, search_path: &str) {
-    kept::write(
-        client,
-        "SELECT pg_catalog.set_config('search_path', $1, true)",
-        &[search_path.into()],
-    )
-    .map(|_| ())
-    .unwrap_or_else(|e| error!("indexnow: setting the watch's search_path: {e}"));
-}
-
-/// Runs one watch's statement in a subtransaction; the error's message once the subtransaction is
-/// rolled back.
-fn run_one(client: &mut SpiClient<'_>, watch: &Watch, keep_plan: bool) -> Result<(), String> {
-    // SAFETY: the subtransaction is begun and ended here, around code that either returns or
-    // raises into the catch below; the memory context and resource owner are put back after,
-    // as PL/pgSQL does for its exception blocks.
-    unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let client = std::panic::AssertUnwindSafe(client);
-        let outcome = PgTryBuilder::new(move || {
-            let client = client;
-            execute(client.0, watch, keep_plan);
-            pg_sys::ReleaseCurrentSubTransaction();
-            Ok(())
-        })
-        .catch_others(|caught| Err(Box::new(caught)))
-        .execute();
-        let outcome = match outcome {
-            Ok(()) => Ok(()),
-            Err(caught) => {
-                pg_sys::MemoryContextSwitchTo(context);
-                pg_sys::RollbackAndReleaseCurrentSubTransaction();
-                Err(caught)
-            }
-        };
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-        outcome.map_err(|caught| {
-            let report = match caught.as_ref() {
-                CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) => e,
-                CaughtError::RustPanic { ereport, .. } => ereport,
-            };
-            if report.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
-                (*caught).rethrow();
-            }
-            report.message().to_string()
-        })
-    }
 }
 
 /// Runs the statement; raises on any error.

@@ -32,9 +32,9 @@ mod push_now;
 pub(crate) mod sql;
 
 use crate::guc;
-use crate::kept;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
+use crate::{kept, subtransaction};
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
@@ -320,7 +320,7 @@ fn now() -> TimestampWithTimeZone {
 
 fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     let args = settings.claim_args(now());
-    Spi::connect_mut(|client| {
+    Spi::connect(|client| {
         kept::read(client, &sql::sendable_hosts(), &args)?
             .map(|r| {
                 Ok(Host {
@@ -422,17 +422,13 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
     let mut out_hash: Vec<Vec<u8>> = vec![];
     let mut out_state: Vec<Option<String>> = vec![];
     let mut out_pub_at: Vec<Option<TimestampWithTimeZone>> = vec![];
-    let our_path: Option<String> = Spi::get_one("SELECT current_setting('search_path')")
+    let our_path: Option<String> = kept::get_one("SELECT current_setting('search_path')", &[])
         .ok()
         .flatten();
     for (search_path, recheck, hashes) in groups {
-        let reread = in_subtransaction(|| {
+        let reread = subtransaction::run(|| {
             Spi::connect_mut(|client| {
-                client.update(
-                    "SELECT set_config('search_path', $1, true)",
-                    None,
-                    &[search_path.as_str().into()],
-                )?;
+                kept::set_local_search_path(client, &search_path);
                 client
                     .update(&recheck, None, &[hashes.clone().into()])?
                     .map(|r| {
@@ -461,11 +457,7 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
         }
     }
     if let Some(path) = our_path {
-        Spi::run_with_args(
-            "SELECT set_config('search_path', $1, true)",
-            &[path.as_str().into()],
-        )
-        .unwrap_or_else(|e| error!("indexnow: could not restore search_path: {e}"));
+        Spi::connect_mut(|client| kept::set_local_search_path(client, &path));
     }
     if out_hash.is_empty() {
         return claimed;
@@ -483,37 +475,6 @@ fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
         .collect();
     claimed.retain(&keep);
     claimed
-}
-
-/// Runs `f` in a subtransaction: an ERROR inside rolls back that subtransaction alone and comes
-/// back as its message.
-fn in_subtransaction<R>(f: impl FnOnce() -> R) -> Result<R, String> {
-    unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        let f = std::panic::AssertUnwindSafe(f);
-        let result = PgTryBuilder::new(move || {
-            let f = f;
-            let r = (f.0)();
-            pg_sys::ReleaseCurrentSubTransaction();
-            Ok(r)
-        })
-        .catch_others(|e| {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            match &e {
-                pg_sys::panic::CaughtError::PostgresError(r)
-                | pg_sys::panic::CaughtError::ErrorReport(r)
-                | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => {
-                    Err(r.message().to_string())
-                }
-            }
-        })
-        .execute();
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-        result
-    }
 }
 
 /// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and

@@ -190,6 +190,12 @@ fn worker_argument(db: u32, sender: u32) -> pg_sys::Datum {
     pg_sys::Datum::from((u64::from(sender) << 32) | u64::from(db))
 }
 
+/// The database and the number [`worker_argument`] packed.
+fn from_worker_argument(arg: pg_sys::Datum) -> (u32, u32) {
+    let packed = arg.value() as u64;
+    (packed as u32, (packed >> 32) as u32)
+}
+
 fn start_worker(db: u32, sender: u32) -> Option<DynamicBackgroundWorker> {
     BackgroundWorkerBuilder::new(&format!("indexnow worker {sender} for database {db}"))
         .set_type(WORKER_TYPE)
@@ -231,7 +237,7 @@ fn databases() -> Vec<u32> {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
-    let (db, sender) = (arg.value() as u32, (arg.value() as u64 >> 32) as u32);
+    let (db, sender) = from_worker_argument(arg);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     if !registry::enter(db, sender) {
@@ -295,4 +301,19 @@ fn use_extension_schema() -> bool {
     )
     .unwrap_or(None);
     set.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_argument_carries_the_database_and_the_number() {
+        for (db, sender) in [(5, 0), (16_384, 1), (u32::MAX, 7)] {
+            assert_eq!(
+                from_worker_argument(worker_argument(db, sender)),
+                (db, sender)
+            );
+        }
+    }
 }

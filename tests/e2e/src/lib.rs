@@ -270,6 +270,24 @@ pub fn count(db: &mut Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// `indexnow_status().worker`: what the database's workers are doing, or why none runs.
+pub fn worker_state(db: &mut Client) -> String {
+    db.query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until no queued URL has a request pending (every push is recorded); panics naming
+/// `what` after `limit`.
+pub fn wait_until_settled(db: &mut Client, what: &str, limit: std::time::Duration) {
+    wait_until(what, limit, || {
+        count(
+            db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+        ) == 0
+    });
+}
+
 /// Polls `ready` every 50 ms until it holds; panics naming `what` after `limit`.
 pub fn wait_until(what: &str, limit: std::time::Duration, mut ready: impl FnMut() -> bool) {
     let start = std::time::Instant::now();

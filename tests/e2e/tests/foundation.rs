@@ -80,11 +80,7 @@ fn status_tells_whether_the_worker_runs_and_why_not() {
         });
         let mut db = cluster.create_db_with_extension("site");
         db.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
-        let mut worker = || -> String {
-            db.query_one("SELECT worker FROM indexnow_status()", &[])
-                .unwrap()
-                .get(0)
-        };
+        let mut worker = || -> String { indexnow_e2e::worker_state(&mut db) };
         if preload {
             indexnow_e2e::wait_until(
                 "the worker runs",

@@ -1,7 +1,9 @@
 //! Sending, end to end: a real cluster with the library preloaded (the launcher and the
 //! per-database workers), and the local IndexNow receiver answering as scripted.
 
-use indexnow_e2e::{count, sending_conf, wait_until, Cluster, Options};
+use indexnow_e2e::{
+    count, sending_conf, wait_until, wait_until_settled, worker_state, Cluster, Options,
+};
 use indexnow_receiver::{Received, Receiver, Reply};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -92,12 +94,7 @@ fn twenty_five_thousand_due_urls_arrive_as_three_posts_with_the_right_key() {
     }
     assert!(accepted_urls(&received).values().all(|n| *n == 1));
     // The worker records a push just after its answer arrives.
-    wait_until("the pushes are recorded", SECONDS(10), || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-        ) == 0
-    });
+    wait_until_settled(&mut db, "the pushes are recorded", SECONDS(10));
     let recorded = db
         .query_one(
             "SELECT count(*), sum(url_count)::bigint, min(status), max(status) FROM indexnow_pushes",
@@ -614,12 +611,7 @@ fn sigkill_mid_push_loses_nothing_and_resends_nothing_accepted() {
     let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dupes.is_empty(), "sent twice after a success: {dupes:?}");
     let mut db = cluster.connect("killed");
-    wait_until("every URL is settled", SECONDS(10), || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-        ) == 0
-    });
+    wait_until_settled(&mut db, "every URL is settled", SECONDS(10));
     assert!(cluster.log().contains("was terminated by signal 9"));
 }
 
@@ -651,12 +643,7 @@ fn two_push_now_calls_and_the_worker_at_once_never_send_one_url_twice() {
     let urls = accepted_urls(&receiver.received());
     let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dupes.is_empty(), "sent twice: {dupes:?}");
-    wait_until("every push is recorded", SECONDS(10), || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-        ) == 0
-    });
+    wait_until_settled(&mut db, "every push is recorded", SECONDS(10));
     let recorded = count(
         &mut db,
         "SELECT sum(url_count)::bigint FROM indexnow_pushes",
@@ -688,10 +675,7 @@ fn several_workers_of_one_database_send_at_once_and_never_one_url_twice() {
     wait_until("three workers serve the database", SECONDS(30), || {
         worker_pids(&mut admin, "site").len() == 3
     });
-    let status: String = db
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let status = worker_state(&mut db);
     assert_eq!(status.matches("(pid ").count(), 3, "{status}");
     db.batch_execute(
         "SELECT indexnow_add_host('a.example.com', 'hostkey-a1'); \
@@ -703,12 +687,7 @@ fn several_workers_of_one_database_send_at_once_and_never_one_url_twice() {
     wait_until("1,200 URLs arrive", SECONDS(60), || {
         accepted_urls(&receiver.received()).len() == 1_200
     });
-    wait_until("every push is recorded", SECONDS(10), || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-        ) == 0
-    });
+    wait_until_settled(&mut db, "every push is recorded", SECONDS(10));
     let urls = accepted_urls(&receiver.received());
     let dupes: Vec<_> = urls.iter().filter(|(_, n)| **n > 1).collect();
     assert!(dupes.is_empty(), "sent twice: {dupes:?}");
@@ -756,10 +735,7 @@ fn a_server_restart_loses_nothing_and_keeps_a_pause() {
         0,
         "indexnow.enabled = off sends nothing"
     );
-    let worker: String = db
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let worker = worker_state(&mut db);
     assert!(worker.contains("indexnow.enabled is off"), "{worker}");
     // A 429 with Retry-After pauses all sending, in the database.
     receiver.script([status(429, Some("4"), "slow down")]);
@@ -824,10 +800,7 @@ fn every_database_with_the_extension_is_served_and_a_dropped_one_is_let_go() {
         worker_pid(&mut admin, "postgres").is_none()
     });
     let (_, one) = &mut dbs[0];
-    let state: String = one
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let state = worker_state(one);
     assert!(state.starts_with("running"), "{state}");
     // A served database can still be dropped: its worker gets out of the way.
     drop(dbs);
@@ -953,10 +926,7 @@ fn without_preloading_push_now_sends_status_says_why_and_history_is_pruned() {
                      (now() - interval '29 days', '{HOST}', 1, 200);"
     ))
     .unwrap();
-    let worker: String = db
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let worker = worker_state(&mut db);
     assert!(
         worker.contains("not in shared_preload_libraries"),
         "{worker}"
@@ -1104,10 +1074,7 @@ fn nothing_is_sent_on_a_hot_standby_until_promotion() {
     });
     std::thread::sleep(Duration::from_millis(1_500)); // several naptimes
     assert_eq!(receiver.arrived(), 0, "a hot standby sends nothing");
-    let worker: String = replica
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let worker = worker_state(&mut replica);
     assert!(worker.contains("hot standby"), "{worker}");
     drop(db);
     drop(primary);
@@ -1122,11 +1089,7 @@ fn a_commit_wakes_the_worker_without_waiting_for_naptime() {
     let receiver = receiver();
     let cluster = cluster(&receiver, &["indexnow.naptime = '10min'"]);
     let mut db = cluster.create_db_with_extension("site");
-    let mut status = || -> String {
-        db.query_one("SELECT worker FROM indexnow_status()", &[])
-            .unwrap()
-            .get(0)
-    };
+    let mut status = || -> String { worker_state(&mut db) };
     wait_until("the worker sleeps", SECONDS(30), || {
         status().starts_with("running: idle")
     });
@@ -1267,12 +1230,7 @@ fn an_idle_worker_takes_no_transaction_id() {
     let cluster = cluster(&receiver, &["indexnow.naptime = '100ms'"]);
     let mut db = cluster.create_db_with_extension("site");
     queue_for_host(&mut db, "/p/", 3);
-    wait_until("the URLs are pushed", SECONDS(30), || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
-        ) == 0
-    });
+    wait_until_settled(&mut db, "the URLs are pushed", SECONDS(30));
     let next_xid = |db: &mut postgres::Client| -> i64 {
         db.query_one(
             "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
@@ -1285,9 +1243,6 @@ fn an_idle_worker_takes_no_transaction_id() {
     std::thread::sleep(SECONDS(3)); // about 30 idle passes
     let taken = next_xid(&mut db) - before;
     assert!(taken < 5, "{taken} transaction ids taken while idle");
-    let worker: String = db
-        .query_one("SELECT worker FROM indexnow_status()", &[])
-        .unwrap()
-        .get(0);
+    let worker = worker_state(&mut db);
     assert!(worker.starts_with("running: idle"), "{worker}");
 }

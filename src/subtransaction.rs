@@ -1,0 +1,52 @@
+//! Running a piece of work in a subtransaction of its own, as PL/pgSQL's exception blocks do:
+//! an ERROR inside rolls back that subtransaction alone and comes back as its message, and the
+//! caller goes on. The capture runner runs each watch's statement so (a failing watch is a
+//! WARNING, the user's write succeeds: spec behaviour 10), and a sending pass its re-read of
+//! scheduled pages (a stale watch must not stop sending).
+//!
+//! A cancel (`statement_timeout`, `pg_cancel_backend()`) is not an error of the work: it is raised
+//! again, and ends the caller's statement as it would have without indexnow.
+
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::PgTryBuilder;
+use pgrx::prelude::*;
+
+/// Runs `f` in a subtransaction; the ERROR's message if it raised one (the subtransaction is then
+/// rolled back). A cancel is raised again.
+pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    // SAFETY: the subtransaction is begun and ended here, around code that either returns or
+    // raises into the catch below; the memory context and resource owner are put back after,
+    // as PL/pgSQL does for its exception blocks.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let f = std::panic::AssertUnwindSafe(f);
+        let outcome = PgTryBuilder::new(move || {
+            let f = f; // the whole wrapper, not its field
+            let r = (f.0)();
+            pg_sys::ReleaseCurrentSubTransaction();
+            Ok(r)
+        })
+        .catch_others(|caught| Err(Box::new(caught)))
+        .execute();
+        if outcome.is_err() {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        outcome.map_err(|caught| {
+            let report = match caught.as_ref() {
+                CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) => e,
+                CaughtError::RustPanic { ereport, .. } => ereport,
+            };
+            if report.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
+                (*caught).rethrow();
+            }
+            report.message().to_string()
+        })
+    }
+}
