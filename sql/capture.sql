@@ -2,7 +2,10 @@
 -- src/capture/gate.rs, src/capture/runner.rs).
 
 -- For indexnow_watch(): the type of an expression over a row of tbl, or an ERROR naming the
--- argument when it does not parse. Evaluated over one all-NULL row, so it reads no data.
+-- argument when it is not one expression over one row. Evaluated over one all-NULL row, so it
+-- reads no rows of tbl. The expression is also placed in a WHERE clause, where PostgreSQL
+-- refuses aggregates, window functions and set-returning functions: a derivation evaluates it
+-- once per row, which none of those can be.
 CREATE FUNCTION indexnow_expression_type(tbl text, expr text, what text) RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -11,7 +14,8 @@ DECLARE
 BEGIN
     BEGIN
         EXECUTE format('SELECT pg_catalog.pg_typeof((%s))::regtype::text '
-                       'FROM (SELECT 1) indexnow_one LEFT JOIN %s r ON false', expr, tbl)
+                       'FROM (SELECT 1) indexnow_one LEFT JOIN %s r ON false '
+                       'WHERE ((%s) IS NULL OR true)', expr, tbl, expr)
            INTO result;
     EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION 'indexnow_watch: % is not a valid SQL expression over %: %', what, tbl, SQLERRM

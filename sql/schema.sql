@@ -38,7 +38,6 @@ CREATE TABLE indexnow_urls (
     failed_status     integer,                      --   until a new request comes
     failed_note       text,
     watch_id          integer,                      -- the watch that last derived this URL
-    fingerprint       text,                         -- md5 of the public columns it was derived from
     claimed_until     timestamptz,                  -- a sender's lease: while it runs, no other
                                                     --   sender takes the row; when it has passed
                                                     --   (the sender died), the row is due again
@@ -62,9 +61,11 @@ CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
 -- they write the pending index's columns anyway, so this index makes no HOT update non-HOT.
 CREATE INDEX indexnow_urls_failed ON indexnow_urls (host) WHERE failed_at IS NOT NULL;
 
--- What indexnow_watch() set up: one row per watched table and URL pattern, with the SQL it
--- generated for each trigger event (run by indexnow_capture(), see src/capture/gate.rs) and for
--- reconcile.
+-- What indexnow_watch() set up: one row per watched table and URL pattern, with the statements it
+-- generated (src/capture/statements.rs) to derive the watch's URLs from rows of the table: for
+-- the rows named by a change set (`derive_keys`) and for the whole table (`derive_all`, for
+-- TRUNCATE and indexnow_reconcile()). `indexnow_unwatch()` keeps the row, inactive, while URLs it
+-- gave are still known to search engines, so their removals stay owed.
 CREATE TABLE indexnow_watches (
     id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tbl           regclass NOT NULL,
@@ -76,16 +77,48 @@ CREATE TABLE indexnow_watches (
     publish_at    text,
     hidden_reason text NOT NULL,
     search_path   text NOT NULL,                    -- the watcher's, for visible and url_sql
-    on_insert     text NOT NULL,
-    on_update     text NOT NULL,
-    on_delete     text NOT NULL,
-    on_truncate   text NOT NULL,
-    reconcile     text NOT NULL,
-    recheck       text NOT NULL,                    -- send-time re-read of scheduled pages
+    time_zone     text NOT NULL,                    -- the watcher's, for a publish_at without zone
+    active        boolean NOT NULL DEFAULT true,    -- false: unwatched, removals still owed
+    derive_keys   text NOT NULL,
+    derive_all    text NOT NULL,
+    baseline      text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
-    CHECK ((url IS NULL) <> (url_sql IS NULL)),
-    UNIQUE (tbl, pattern)
+    CHECK ((url IS NULL) <> (url_sql IS NULL))
 );
+CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) WHERE active;
+
+-- Change sets: which rows of a watched table a statement wrote, recorded by the capture trigger
+-- when it does not derive them at once (a bulk statement, a writer at REPEATABLE READ or
+-- SERIALIZABLE), and derived after commit by the workers or by any reader that must see them
+-- first (indexnow_status(), indexnow_push_now(), indexnow_reconcile(), indexnow_derive()).
+-- Recording is an insert into this table only: it never conflicts with a sender.
+CREATE TABLE indexnow_changes (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tbl         oid NOT NULL,                       -- the written table
+    watches     integer[],                          -- the watches to derive (NULL: all of tbl's)
+    keys        jsonb,                              -- [[key columns...], ...]; NULL: every row
+                                                    --   (TRUNCATE)
+    recorded_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- What each watch last derived from each row that gave it a public URL (live or scheduled): the
+-- URL, the fingerprint of the row's public columns and its publication time. A derivation
+-- compares the row as it is now with this, not with the row's old version: a URL that no row
+-- gives any more is a removal if search engines were told of it while this row gave it (the
+-- queue's last push is later than `since`), and a cancelled request if they never were.
+CREATE TABLE indexnow_sources (
+    watch_id    integer NOT NULL,
+    row_key     jsonb NOT NULL,                     -- the row's primary key, [value, ...]
+    url_hash    bytea NOT NULL,
+    url         text NOT NULL,
+    host        text NOT NULL,
+    fingerprint text NOT NULL,
+    publish_at  timestamptz,
+    since       timestamptz NOT NULL,               -- since when this row gives this URL
+                                                    --   (-infinity: public before it was watched)
+    PRIMARY KEY (watch_id, row_key)
+);
+CREATE INDEX indexnow_sources_url ON indexnow_sources (url_hash);
 
 -- One row per request made (or per dry-run decision).
 CREATE TABLE indexnow_pushes (
@@ -116,3 +149,5 @@ SELECT pg_catalog.pg_extension_config_dump('indexnow_urls', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_pushes', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_backoff', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_watches', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_changes', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_sources', '');

@@ -7,8 +7,8 @@
 -- Functions that write the queue for other roles are SECURITY DEFINER, and every function that
 -- runs SQL pins search_path to this schema, so no caller can slip its own objects in.
 
-REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches
-    FROM PUBLIC;
+REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches,
+    indexnow_changes, indexnow_sources FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION indexnow_add_host(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
@@ -17,7 +17,8 @@ REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, 
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_capture_target(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_capture_target(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_derive() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
@@ -32,8 +33,11 @@ ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@,
     SET max_parallel_workers_per_gather = 0 SET jit = off;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
--- The capture trigger reads the watches of the table and writes the queue whoever writes the
--- table. jit is off: a capture statement is a short pipeline whose plan cost (transition tables
+-- Derives the change sets the capture triggers recorded, for whoever may read the queue.
+ALTER FUNCTION indexnow_derive() SECURITY DEFINER SET search_path = @extschema@, pg_temp
+    SET jit = off;
+-- The capture trigger reads the watches of the table and records (or derives) what a statement
+-- changed whoever writes the table. jit is off: a capture statement is a short pipeline whose plan cost (transition tables
 -- have no statistics) can look large enough to trigger JIT, which then costs more than the
 -- statement (measured: 735 ms of compilation for an 834 ms statement over 20,000 rows). work_mem
 -- is raised for the statement's pairing of old and new rows, which otherwise spills to disk in
@@ -49,7 +53,7 @@ ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema
 -- expressions with the caller's search_path (and names its own objects with their schema).
 
 -- Planner hints: one URL in, at most one row out.
-ALTER FUNCTION indexnow_capture_target(text, text, text) ROWS 1;
+ALTER FUNCTION indexnow_capture_target(text, boolean) ROWS 1;
 
 -- The launcher starts this database's worker when this CREATE EXTENSION commits.
 SELECT indexnow_wake_launcher_at_commit();

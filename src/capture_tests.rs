@@ -3,8 +3,10 @@
 // in tests/e2e/tests/capture.rs.)
 
 
-/// The queue as `url reason pending` lines, sorted, for compact assertions.
+/// The queue as `url reason pending` lines, sorted, for compact assertions (after deriving what
+/// bulk statements recorded).
 fn queue() -> String {
+    derive();
     text(
         "SELECT coalesce(string_agg(url || ' ' || reason || ' ' || (request_seq - settled_seq), E'\\n' \
                 ORDER BY url), '') FROM indexnow_urls",
@@ -14,11 +16,26 @@ fn queue() -> String {
 
 /// Pending requests only: what would be sent.
 fn pending() -> String {
+    derive();
     text(
         "SELECT coalesce(string_agg(url || ' ' || reason, E'\\n' ORDER BY url), '') \
            FROM indexnow_urls WHERE request_seq > settled_seq",
     )
     .unwrap()
+}
+
+/// Derives the change sets bulk statements recorded (as every reader of the queue does).
+fn derive() {
+    run("SELECT indexnow_derive()");
+}
+
+/// Marks every pending request as pushed now: what search engines were told.
+fn pushed() {
+    derive();
+    run(
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now(), pushed_changed_at = changed_at WHERE request_seq > settled_seq",
+    );
 }
 
 fn run(sql: &str) {
@@ -61,7 +78,8 @@ fn ten_saves_make_one_row() {
     for i in 0..10 {
         run(&format!("UPDATE pages SET body = 'edit {i}' WHERE slug = 'news'"));
     }
-    assert_eq!(queue(), "https://www.example.com/th/news changed 11");
+    // Never announced before: one `created`, however often it was saved.
+    assert_eq!(queue(), "https://www.example.com/th/news created 11");
 }
 
 #[pg_test]
@@ -132,9 +150,9 @@ fn an_update_of_ignored_columns_does_not_run_the_watch_statement() {
 #[pg_test]
 fn a_bulk_update_whose_last_row_alone_changes_queues_that_row() {
     counted_site();
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("INSERT INTO docs SELECT g, 'd' || g, 'short', 0 FROM generate_series(51, 20000) g");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     // Transition tables larger than work_mem are on disk: the gate reads both to the end, then
     // the statement reads them again.
     run("SET LOCAL work_mem = '64kB'");
@@ -156,6 +174,7 @@ fn an_update_of_the_key_alone_runs_the_watch_statement() {
 }
 
 fn pending_like(pattern: &str) -> String {
+    derive();
     text(&format!(
         "SELECT coalesce(string_agg(url || ' ' || reason, E'\\n' ORDER BY url), '') \
            FROM indexnow_urls WHERE request_seq > settled_seq AND url LIKE '{pattern}'"
@@ -167,11 +186,12 @@ fn pending_like(pattern: &str) -> String {
 fn a_slug_change_moves_the_old_url() {
     site();
     publish("news");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("UPDATE pages SET slug = 'latest-news' WHERE slug = 'news'");
+    // The new URL was never announced: `created`.
     assert_eq!(
         pending(),
-        "https://www.example.com/th/latest-news changed\nhttps://www.example.com/th/news moved"
+        "https://www.example.com/th/latest-news created\nhttps://www.example.com/th/news moved"
     );
 }
 
@@ -179,12 +199,17 @@ fn a_slug_change_moves_the_old_url() {
 fn unpublish_then_republish_leaves_one_live_row() {
     site();
     publish("news");
+    // Not announced yet: unpublishing cancels the request, republishing makes it again.
     run("UPDATE pages SET status = 'draft'");
-    assert_eq!(pending(), "https://www.example.com/th/news unpublished");
+    assert_eq!(pending(), "");
     run("UPDATE pages SET status = 'published'");
     assert_eq!(pending(), "https://www.example.com/th/news created");
+    // Announced: unpublishing is a removal, republishing before the send a live page again.
+    pushed();
     run("UPDATE pages SET noindex = true");
     assert_eq!(pending(), "https://www.example.com/th/news unpublished");
+    run("UPDATE pages SET noindex = false");
+    assert_eq!(pending(), "https://www.example.com/th/news changed");
     assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
 }
 
@@ -195,12 +220,12 @@ fn delete_and_truncate_queue_removals() {
     publish("b");
     publish("c");
     run("UPDATE pages SET title_en = 'A' WHERE slug = 'a'");
+    pushed();
     run("INSERT INTO pages (slug, status) VALUES ('draft', 'draft')");
     run("DELETE FROM pages WHERE slug = 'a'");
     assert_eq!(
         pending(),
-        "https://www.example.com/en/a deleted\nhttps://www.example.com/th/a deleted\n\
-         https://www.example.com/th/b created\nhttps://www.example.com/th/c created"
+        "https://www.example.com/en/a deleted\nhttps://www.example.com/th/a deleted"
     );
     run("TRUNCATE pages");
     assert_eq!(
@@ -220,8 +245,10 @@ fn insert_select_of_ten_thousand_rows_is_one_statement_and_ten_thousand_urls() {
          SELECT 'p' || g, 'T', 'B', CASE WHEN g % 4 = 0 THEN 'draft' ELSE 'published' END \
            FROM generate_series(1, 13333) g",
     );
+    derive();
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE reason = 'created'"), 10_000);
     run("UPDATE pages SET body = body || ' more'");
+    derive();
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE request_seq = 2"), 10_000);
 }
 
@@ -230,13 +257,13 @@ fn per_language_watches_queue_only_their_language() {
     site();
     publish("news");
     run("UPDATE pages SET title_en = 'News' WHERE slug = 'news'");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("UPDATE pages SET body_en = 'English only'");
     assert_eq!(pending(), "https://www.example.com/en/news changed");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("UPDATE pages SET body = 'Thai only'");
     assert_eq!(pending(), "https://www.example.com/th/news changed");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("UPDATE pages SET title_en = NULL");
     assert_eq!(pending(), "https://www.example.com/en/news untranslated");
 }
@@ -255,7 +282,7 @@ fn a_translation_table_with_url_sql() {
            visible => $$(SELECT p.published FROM posts p WHERE p.id = post_id)$$)",
     );
     run("INSERT INTO post_translations VALUES (1, 'th', 'T', 'B', now()), (1, 'en', 'T', 'B', now()), (2, 'en', 'D', 'D', now())");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("UPDATE post_translations SET body = 'new english' WHERE post_id = 1 AND lang = 'en'");
     assert_eq!(pending(), "https://www.example.com/en/hello changed");
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%draft%'"), 0);
@@ -316,6 +343,7 @@ fn a_row_whose_url_cannot_be_built_is_skipped_and_the_write_succeeds() {
     site();
     run("INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published')");
     assert_eq!(queue(), "https://www.example.com/th/ok created 1");
+    pushed();
     run("UPDATE pages SET slug = repeat('x', 3000) WHERE slug = 'ok'");
     assert_eq!(count("SELECT count(*) FROM pages WHERE length(slug) = 3000"), 1);
     // The old URL is still removed; the new one, too long, is skipped.
@@ -333,22 +361,24 @@ fn a_failing_watch_never_fails_the_write() {
 #[pg_test]
 fn a_failing_watch_is_rolled_back_alone_and_the_other_watches_still_queue() {
     run("CREATE TABLE items (id int PRIMARY KEY, n int)");
-    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$)");
+    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || id || '-' || (100 / n)$$)");
     run("SELECT indexnow_watch('items', url => 'https://www.example.com/ok/{id}')");
     let queued = |like: &str| {
+        derive();
         count(&format!(
             "SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/{like}/%'"
         ))
     };
-    // A bulk statement (planned afresh): one row fails the first watch's statement, which queues
-    // nothing at all; the second watch queues every row.
+    // A bulk statement: one row fails the first watch's derivation and is skipped alone; the
+    // other 199 are queued, and so is every row for the second watch. (Before derivations
+    // skipped failing rows alone, the whole statement's 200 were lost: (0, 200).)
     run("INSERT INTO items SELECT g, CASE WHEN g = 1 THEN 0 ELSE g END FROM generate_series(1, 200) g");
-    assert_eq!((queued("i"), queued("ok")), (0, 200));
+    assert_eq!((queued("i"), queued("ok")), (199, 200));
     // Single-row statements (kept plans), the good and the failing.
     run("INSERT INTO items VALUES (300, 5)");
-    assert_eq!((queued("i"), queued("ok")), (1, 201));
+    assert_eq!((queued("i"), queued("ok")), (200, 201));
     run("INSERT INTO items VALUES (301, 0)");
-    assert_eq!((queued("i"), queued("ok")), (1, 202));
+    assert_eq!((queued("i"), queued("ok")), (200, 202));
     assert_eq!(count("SELECT count(*) FROM items"), 202);
 }
 
@@ -411,7 +441,7 @@ fn a_replaced_watch_is_followed_by_the_next_save() {
         "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
            visible => $$status = 'published'$$, ignore => '{body}')",
     );
-    run("UPDATE indexnow_urls SET settled_seq = request_seq");
+    pushed();
     // the same backend saved through the old statements just before
     run("UPDATE pages SET body = 'two' WHERE slug = 'news'");
     assert_eq!(pending(), "");
@@ -437,7 +467,7 @@ fn reconcile_catches_writes_the_triggers_missed() {
     publish("a");
     publish("b");
     publish("c");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason");
+    pushed();
     run("SET LOCAL session_replication_role = replica");
     run("UPDATE pages SET body = 'changed behind our back' WHERE slug = 'a'");
     run("DELETE FROM pages WHERE slug = 'b'");
@@ -523,7 +553,7 @@ fn watch_again_replaces_and_unwatch_removes_triggers_and_configuration() {
     publish("only-th");
     assert_eq!(pending(), "https://www.example.com/th/only-th created");
     run("SELECT indexnow_unwatch('pages')");
-    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches WHERE active"), 0);
     assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages'::regclass"), 0);
     publish("unwatched");
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%unwatched'"), 0);
@@ -551,4 +581,182 @@ fn a_role_that_may_only_write_the_table_still_has_its_change_queued() {
     assert!(err.starts_with("42501"), "{err}");
     run("RESET ROLE");
     assert_eq!(pending(), "https://www.example.com/th/by-editor created");
+}
+
+// Issue 10's findings, each a test that failed on the capture that derived URLs from the old row
+// at write time.
+
+#[pg_test]
+fn a_scheduled_post_cancelled_before_its_time_is_never_announced() {
+    site();
+    run("INSERT INTO pages (slug, status, published_at) VALUES ('launch', 'published', now() + interval '1 day')");
+    run("DELETE FROM pages WHERE slug = 'launch'");
+    assert_eq!(pending(), "");
+    // Neither reconcile nor a later TRUNCATE learns of it.
+    assert_eq!(
+        count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('pages')"),
+        0
+    );
+    publish("other");
+    pushed();
+    run("TRUNCATE pages");
+    assert_eq!(pending(), "https://www.example.com/th/other deleted");
+}
+
+#[pg_test]
+fn an_insert_then_rename_in_one_transaction_announces_only_the_final_url() {
+    site();
+    // The site's index page is known to search engines.
+    run("SELECT indexnow_queue('https://www.example.com/th/')");
+    pushed();
+    // The ORM inserts with an empty slug, then sets it; another row is inserted and deleted.
+    run("INSERT INTO pages (slug, status) VALUES ('', 'published')");
+    run("UPDATE pages SET slug = 'story' WHERE slug = ''");
+    run("INSERT INTO pages (slug, status) VALUES ('tmp', 'published')");
+    run("DELETE FROM pages WHERE slug = 'tmp'");
+    assert_eq!(pending(), "https://www.example.com/th/story created");
+}
+
+#[pg_test]
+fn a_broken_watch_watched_again_catches_up_on_what_changed_meanwhile() {
+    run("CREATE TABLE items (id int PRIMARY KEY, slug text, body text, hidden boolean)");
+    run("INSERT INTO items VALUES (1, 'a', 'A', false), (2, 'b', 'B', false), (3, 'c', 'C', false)");
+    run("SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}', visible => 'NOT hidden')");
+    run("UPDATE items SET body = body || '!' WHERE id = 3");
+    pushed();
+    // The watch breaks: the column its visible names is gone. Writes go on, with a WARNING each.
+    run("ALTER TABLE items DROP COLUMN hidden");
+    run("INSERT INTO items VALUES (4, 'd', 'D')");
+    run("UPDATE items SET body = 'changed' WHERE id = 1");
+    run("DELETE FROM items WHERE id = 3");
+    assert_eq!(pending(), "");
+    // What the WARNING's HINT says: watch again. Unchanged rows stay known; the rest is queued.
+    run("SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}')");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a changed\nhttps://www.example.com/c gone\nhttps://www.example.com/d created"
+    );
+    assert_eq!(
+        count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('items')"),
+        0
+    );
+}
+
+#[pg_test]
+fn unwatch_and_a_new_watch_keep_the_old_watchs_removals_owed() {
+    site();
+    publish("a");
+    pushed();
+    run("SELECT indexnow_unwatch('pages', 'https://www.example.com/th/{slug}')");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/thai/{slug}', visible => $$status = 'published'$$)");
+    assert_eq!(pending(), "");
+    // The old pattern's URL was announced: the next reconcile removes it.
+    let owed = text(
+        "SELECT string_agg(concat_ws(' ', pattern, gone), '; ' ORDER BY pattern) FROM indexnow_reconcile('pages')",
+    )
+    .unwrap();
+    assert!(owed.contains("(unwatched) 1"), "{owed}");
+    assert_eq!(pending(), "https://www.example.com/th/a gone");
+    pushed();
+    // A TRUNCATE removes what the new watch knows.
+    run("TRUNCATE pages");
+    assert_eq!(pending(), "https://www.example.com/thai/a deleted");
+}
+
+#[pg_test]
+fn two_watches_giving_one_url_keep_their_own_fingerprints() {
+    run("CREATE TABLE items (id int PRIMARY KEY, slug text, body text, note text)");
+    run("INSERT INTO items VALUES (1, 'a', 'A', 'N')");
+    run("SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}', ignore => '{note}')");
+    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/' || slug$$, ignore => '{body}')");
+    pushed();
+    // Reconcile finds nothing to announce, twice: neither watch overwrites the other's record.
+    for _ in 0..2 {
+        assert_eq!(
+            count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('items')"),
+            0
+        );
+    }
+    // One watch's row gone hides nothing the other still gives.
+    run("UPDATE items SET body = 'B'");
+    assert_eq!(pending(), "https://www.example.com/a changed");
+}
+
+#[pg_test]
+fn session_settings_change_no_url_fingerprint_or_publication_time() {
+    run("SET LOCAL TimeZone = 'Asia/Bangkok'");
+    run(
+        "CREATE TABLE events (id int PRIMARY KEY, day date, starts timestamptz, \
+           publish timestamp, live boolean)",
+    );
+    run(
+        "INSERT INTO events VALUES (1, '2030-01-02', '2030-01-02 09:00+07', '2030-01-01 09:00', true), \
+           (2, '2020-05-06', '2020-05-06 10:00+07', NULL, true)",
+    );
+    run("SELECT indexnow_watch('events', url => 'https://www.example.com/{day}', visible => 'live', publish_at => 'publish')");
+    pushed();
+    // The URL takes the date in ISO form; a timestamp without zone is read in the watcher's zone.
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_urls WHERE url = 'https://www.example.com/2030-01-02' \
+               AND available_at = '2030-01-01 02:00+00'"
+        ),
+        1
+    );
+    run("SET LOCAL TimeZone = 'America/New_York'");
+    run("SET LOCAL DateStyle = 'SQL, DMY'");
+    run("SET LOCAL IntervalStyle = 'sql_standard'");
+    assert_eq!(
+        count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('events')"),
+        0
+    );
+    run("UPDATE events SET live = live");
+    run("UPDATE events SET day = '2020-05-07' WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/2020-05-06 moved\nhttps://www.example.com/2020-05-07 created"
+    );
+    // The caller's settings are its own again.
+    assert_eq!(text("SELECT current_setting('DateStyle')").as_deref(), Some("SQL, DMY"));
+}
+
+#[pg_test]
+fn a_change_of_stored_value_is_a_change_even_when_the_type_calls_them_equal() {
+    run("CREATE TABLE prices (id int PRIMARY KEY, slug text, price numeric)");
+    run("INSERT INTO prices VALUES (1, 'p', 1.0)");
+    run("SELECT indexnow_watch('prices', url => 'https://www.example.com/{slug}')");
+    pushed();
+    run("UPDATE prices SET price = 1.00");
+    assert_eq!(pending(), "https://www.example.com/p changed");
+}
+
+#[pg_test]
+fn watches_that_cannot_work_are_refused() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text, n int, live boolean)");
+    let cases = [
+        ("SELECT indexnow_watch('pages', url_sql => 'n')", "url_sql must be a text expression over public.pages; \"n\" is integer"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'count(*) > 0')", "aggregate functions are not allowed"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'row_number() over () = 1')", "window functions are not allowed"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'live) OR (true')", "visible is not a valid SQL expression"),
+        ("SELECT indexnow_watch('pages', url => 'https://localhost/{slug}')", "does not make a URL that can be submitted"),
+        ("SELECT indexnow_watch('pages', url => 'www.example.com/{slug}')", "must start with https:// or http://"),
+        ("SELECT indexnow_watch('indexnow_urls', url => 'https://x.com/{url}')", "is one of indexnow's own tables"),
+    ];
+    assert_refused(&cases, None);
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+}
+
+#[pg_test]
+fn a_bulk_statement_is_recorded_and_every_reader_derives_it() {
+    site();
+    run("INSERT INTO pages (slug, title, body, status) SELECT 'p' || g, 'T', 'B', 'published' FROM generate_series(1, 500) g");
+    // Recorded, not yet derived: the keys of 500 rows in one change set.
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
+    // indexnow_status() derives first.
+    assert_eq!(count("SELECT sum(pending)::bigint FROM indexnow_status()"), 500);
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    // A single-row save is derived in its own statement.
+    run("UPDATE pages SET body = 'x' WHERE slug = 'p1'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }

@@ -48,18 +48,6 @@ pub fn write<'conn>(
     client.update(&*plan, None, args)
 }
 
-/// Sets `search_path` until the end of the current (sub)transaction: a watch's, for the statements
-/// `indexnow_watch()` generated under it.
-pub fn set_local_search_path(client: &mut SpiClient<'_>, search_path: &str) {
-    write(
-        client,
-        "SELECT pg_catalog.set_config('search_path', $1, true)",
-        &[search_path.into()],
-    )
-    .map(|_| ())
-    .unwrap_or_else(|e| pgrx::error!("indexnow: could not set search_path: {e}"));
-}
-
 /// The first column of the first row the reading statement `sql` returns (see [`read`]).
 pub fn get_one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(
     sql: &str,

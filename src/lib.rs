@@ -20,6 +20,7 @@ use pgrx::prelude::*;
 
 mod capture;
 mod error;
+mod extension;
 mod guc;
 mod hosts;
 mod kept;

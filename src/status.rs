@@ -20,7 +20,7 @@ type StatusRow = (
     String,
 );
 
-#[pg_extern(stable, parallel_safe)]
+#[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn indexnow_status() -> TableIterator<
     'static,
@@ -38,6 +38,14 @@ fn indexnow_status() -> TableIterator<
         name!(worker, String),
     ),
 > {
+    // What the capture triggers recorded is derived first (spec behaviour 8) — except on a hot
+    // standby, which cannot write: its status counts what the primary had derived.
+    let ext = crate::extension::schema();
+    // SAFETY: reads shared state.
+    if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::derive::change_sets_waiting(&ext)
+    {
+        crate::capture::derive::derive_all_change_sets(&ext);
+    }
     let worker = crate::worker::state_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
     let sql = format!(

@@ -275,7 +275,7 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     let plan = || {
         let [d, g, r] = crate::guc::due_rule().sql_args();
         let explain = Spi::explain_with_args(
-            &crate::send::sql::claim_by_reading(),
+            &crate::send::sql::claim_by_reading(true),
             &[
                 now().into(),
                 d.into(),
@@ -299,7 +299,7 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     assert_eq!(
         count(&format!(
             "SELECT count(*) FROM ({}) d",
-            crate::send::sql::claim_by_reading()
+            crate::send::sql::claim_by_reading(true)
                 .replace("$1", "now()")
                 .replace("$5", "false")
                 .replace("$6", "'www.example.com'")

@@ -1,5 +1,6 @@
-//! The fingerprint of a row's public columns: what tells a real content change from a save that
-//! touched only columns search engines never see (sort order, flags, `updated_at`).
+//! `indexnow_fingerprint()`: the fingerprint of a row's public columns as jsonb, for custom
+//! triggers and application code that keep their own "did the content change?" state. Watches
+//! do not call it: their generated SQL fingerprints the named columns (`super::statements`).
 //!
 //! md5 over a canonical JSON text: object keys sorted at every depth (so key order never matters),
 //! ignored top-level keys removed, JSON `null` written as `null` and a missing key not written at

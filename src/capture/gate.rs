@@ -23,10 +23,20 @@
 //! unchanged". (PostgreSQL does write each updated row's old and new versions at the same
 //! position, so in practice the first changed row is found where it is.)
 
-use super::runner::{self, Event, Watch};
+use super::derive::{self, Rows, Watch};
+use super::statements::{event_keys, record_change_set};
+use crate::queue::Reason;
+use crate::{kept, worker};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::JsonB;
 use std::ffi::CStr;
+
+/// At most this many rows in each transition table, at READ COMMITTED: the event is derived in
+/// the writing statement (a save is in the queue when it commits, and a plan kept per backend
+/// serves it). Larger events, and every event at REPEATABLE READ or SERIALIZABLE (whose snapshot
+/// would make the queue upsert fail against a sender's updates), are recorded as change sets.
+const DERIVE_IN_STATEMENT_ROWS: i64 = 100;
 
 unsafe extern "C-unwind" {
     // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
@@ -39,32 +49,121 @@ unsafe extern "C-unwind" {
     ) -> bool;
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Event {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+}
+
+impl Event {
+    fn of(data: &pg_sys::TriggerData) -> Event {
+        match data.tg_event & pg_sys::TRIGGER_EVENT_OPMASK {
+            pg_sys::TRIGGER_EVENT_INSERT => Event::Insert,
+            pg_sys::TRIGGER_EVENT_UPDATE => Event::Update,
+            pg_sys::TRIGGER_EVENT_DELETE => Event::Delete,
+            _ => Event::Truncate,
+        }
+    }
+}
+
 #[pg_trigger]
 fn indexnow_capture<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
     let data = trigger.trigger_data();
-    let mut watches = runner::watches(data);
-    let is_update = Event::of(data) == Event::Update;
-    if is_update && !data.tg_oldtable.is_null() && !data.tg_newtable.is_null() {
-        let changed = changed(data, &watches);
+    let ext = crate::extension::schema();
+    // SAFETY: a trigger's relation is open for the duration of the call.
+    let (relid, key) = unsafe { ((*data.tg_relation).rd_id, key_names(data.tg_relation)) };
+    let mut watches = derive::watches_of(&ext, relid);
+    let event = Event::of(data);
+    // SAFETY: the transition tables, when there are any, belong to this trigger call.
+    let rows = unsafe {
+        [data.tg_oldtable, data.tg_newtable]
+            .iter()
+            .filter(|t| !t.is_null())
+            .map(|t| pg_sys::tuplestore_tuple_count(*t))
+            .max()
+            .unwrap_or(0)
+    };
+    if watches.is_empty() || (event != Event::Truncate && rows == 0) {
+        return Ok(None);
+    }
+    let mut key_changed = false;
+    if event == Event::Update {
+        let (changed, key) = changed(data, &watches);
+        key_changed = key;
         let mut each = changed.iter();
         watches.retain(|_| *each.next().expect("one flag per watch"));
+        if watches.is_empty() {
+            return Ok(None);
+        }
     }
-    if !watches.is_empty() {
-        runner::run(data, &watches);
+    let sources: &[&str] = match event {
+        Event::Insert => &["indexnow_new"],
+        Event::Delete => &["indexnow_old"],
+        Event::Update if key_changed => &["indexnow_new", "indexnow_old"],
+        Event::Update => &["indexnow_new"],
+        Event::Truncate => &[],
+    };
+    // SAFETY: a plain read of this backend's isolation level.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
+    let in_statement =
+        event != Event::Truncate && rows <= DERIVE_IN_STATEMENT_ROWS && read_committed;
+    let ids: Option<Vec<i32>> = (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
+    let keys = Spi::connect_mut(|client| {
+        // The transition tables become visible to the statements as indexnow_old and indexnow_new.
+        // SAFETY: the trigger data outlives this connection.
+        let registered =
+            unsafe { pg_sys::SPI_register_trigger_data(std::ptr::from_ref(data).cast_mut()) };
+        if registered < 0 {
+            error!("indexnow: could not register the transition tables ({registered})");
+        }
+        if in_statement {
+            let keys: Option<JsonB> = kept::write(client, &event_keys(&key, sources), &[])?
+                .first()
+                .get_one()?;
+            return Ok::<_, pgrx::spi::Error>(keys);
+        }
+        if event == Event::Truncate {
+            kept::write(
+                client,
+                &format!("INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, $2, NULL)"),
+                &[relid.into(), ids.clone().into()],
+            )?;
+        } else {
+            let sql = record_change_set(&ext, &key, sources);
+            if rows <= DERIVE_IN_STATEMENT_ROWS {
+                kept::write(client, &sql, &[relid.into(), ids.clone().into()])?;
+            } else {
+                client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
+            }
+        }
+        Ok(None)
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
+    if let Some(JsonB(keys)) = keys {
+        for watch in &watches {
+            derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted);
+        }
     }
+    crate::queue::note_own_request();
+    // The workers look at the queue (or derive the change set) when, and if, this transaction
+    // commits. Waking when nothing was queued (a draft saved) costs the worker one idle pass.
+    worker::worker_at_commit();
     Ok(None)
 }
 
 /// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
-/// key and every column the watch does not ignore. Columns added to the table after the watch are
-/// compared too: comparing more than the watch's statement does only makes it run.
-fn changed(data: &pg_sys::TriggerData, watches: &[Watch]) -> Vec<bool> {
+/// key and every column the watch does not ignore (columns added to the table after the watch are
+/// compared too: comparing more than the watch's statement does only makes it derive); and
+/// whether some row's key changed (then the old keys are derived too: their rows are gone).
+fn changed(data: &pg_sys::TriggerData, watches: &[Watch]) -> (Vec<bool>, bool) {
     let relation = data.tg_relation;
     // SAFETY: the descriptor and the key's attribute set belong to the open relation.
     let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let compared: Vec<Vec<i16>> = watches
+    let mut compared: Vec<Vec<i16>> = watches
         .iter()
         .map(|watch| {
             attributes
@@ -74,16 +173,19 @@ fn changed(data: &pg_sys::TriggerData, watches: &[Watch]) -> Vec<bool> {
                 .collect()
         })
         .collect();
+    compared.push(key);
     let columns: Vec<&[i16]> = compared.iter().map(Vec::as_slice).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
-    unsafe {
+    let mut changed = unsafe {
         differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
             (*data.tg_relation).rd_att,
             &columns,
         )
-    }
+    };
+    let key_changed = changed.pop().unwrap_or(true);
+    (changed, key_changed)
 }
 
 /// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
@@ -220,12 +322,25 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
         .collect()
 }
 
-/// The schema of the trigger's function: the extension's.
-pub(super) fn own_schema(data: &pg_sys::TriggerData) -> String {
-    // SAFETY: the trigger's function exists while it runs; the name is copied out at once.
-    unsafe {
-        let schema =
-            pg_sys::get_namespace_name(pg_sys::get_func_namespace((*data.tg_trigger).tgfoid));
-        CStr::from_ptr(schema).to_string_lossy().into_owned()
+/// The names of the relation's primary key columns, in the key's order.
+unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
+    let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+    if index == pg_sys::InvalidOid {
+        error!("indexnow: a watched table has no primary key any more");
     }
+    let desc = (*relation).rd_att;
+    let index_rel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let form = &*(*index_rel).rd_index;
+    let keys = form.indkey.values.as_slice(form.indnkeyatts as usize);
+    let names = keys
+        .iter()
+        .map(|&att| {
+            let a = &*(*desc).attrs.as_ptr().add(att as usize - 1);
+            CStr::from_ptr(a.attname.data.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    names
 }

@@ -1,17 +1,23 @@
-//! Capture: turning every write to a watched content table into the right queue requests.
+//! Capture: from every write to a watched content table to the right queue requests.
 //!
-//! - `watch`       indexnow_watch / unwatch / reconcile: arguments checked, triggers installed
-//! - `plan`        the SQL each trigger event runs (the capture rules are stated there)
-//! - `template`    URL templates and their percent-encoding
-//! - `fingerprint` indexnow_fingerprint(): the md5 of a row's public columns
+//! Write time records *which rows* a statement changed; derivation decides *what to send* from the
+//! rows as they are now and from what each watch last derived from them (`indexnow_sources`).
+//!
+//! - `watch`       indexnow_watch / unwatch / reconcile / derive: arguments checked, triggers
+//!   installed, watches repaired and reconciled
+//! - `statements`  the SQL a watch runs (the derivation rules are stated there) and the change set
+//!   a trigger records
+//! - `derive`      runs derivations: pinned settings, a failing row skipped alone, change sets
+//!   derived after commit
 //! - `gate`        indexnow_capture(), the trigger function: skips the watches an UPDATE leaves
-//!   unchanged, hands the rest to the runner
-//! - `runner`      runs each watch's statement: its search_path, a subtransaction each (a failure is
-//!   a WARNING), plans kept for small events
+//!   unchanged, derives a small event at once, records the others
+//! - `template`    URL templates and their percent-encoding
+//! - `fingerprint` indexnow_fingerprint(): a key-order-independent md5 of a jsonb row, for custom
+//!   triggers (watches fingerprint in their generated SQL, see `statements`)
 
+pub mod derive;
 pub mod fingerprint;
 pub mod gate;
-pub mod plan;
-mod runner;
+pub mod statements;
 pub mod template;
 pub mod watch;

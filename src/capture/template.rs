@@ -78,6 +78,31 @@ pub fn parse(template: &str) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
+/// What is wrong with the template's fixed part, if anything: it must start with `https://` or
+/// `http://`, and when it names the host (the first column comes after the host's `/`), the URL it
+/// starts must be one that can be submitted (a public host, no user info). A template that takes
+/// the host from a column is checked row by row instead.
+pub fn literal_problem(parts: &[Part]) -> Option<String> {
+    let Some(Part::Literal(first)) = parts.first() else {
+        return Some("must start with https:// or http://, not with a column".into());
+    };
+    let lower = first.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+    else {
+        return Some("must start with https:// or http://".into());
+    };
+    if !rest.contains('/') {
+        return None; // the host goes on in a column
+    }
+    let path_start = first.len() - rest.len() + rest.find('/').unwrap_or(0);
+    let sample = format!("{}/x", &first[..path_start]);
+    indexnow_protocol::submittable_url(&sample)
+        .err()
+        .map(|problem| format!("does not make a URL that can be submitted: {problem}"))
+}
+
 pub fn columns(parts: &[Part]) -> impl Iterator<Item = &str> {
     parts.iter().filter_map(|p| match p {
         Part::Column(c) => Some(c.as_str()),
@@ -118,6 +143,20 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_fixed_part_must_make_a_public_url() {
+        let problem = |t: &str| literal_problem(&parse(t).unwrap());
+        assert_eq!(problem("https://www.example.com/th/{slug}"), None);
+        assert_eq!(problem("https://{host}/{slug}"), None);
+        assert_eq!(problem("https://www.{sub}.example.com/{slug}"), None);
+        assert!(problem("{host}/x").unwrap().contains("not with a column"));
+        assert!(problem("ftp://x.example.com/{slug}").unwrap().contains("https://"));
+        assert!(problem("/th/{slug}").unwrap().contains("https://"));
+        assert!(problem("https://localhost/{slug}").is_some());
+        assert!(problem("https://10.0.0.1/{slug}").is_some());
+        assert!(problem("https://user@www.example.com/{slug}").is_some());
     }
 
     #[test]

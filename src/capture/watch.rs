@@ -1,17 +1,28 @@
-//! `indexnow_watch()`, `indexnow_unwatch()`, `indexnow_reconcile()`: registering a content table,
-//! checking every argument against the table when called, and installing the triggers.
+//! `indexnow_watch()`, `indexnow_unwatch()`, `indexnow_reconcile()`, `indexnow_derive()`:
+//! registering a content table, checking every argument against the table when called, and
+//! installing the triggers.
 //!
 //! The triggers (statement-level, with transition tables, plus TRUNCATE) all call one function of
-//! the extension, `indexnow_capture()` (`super::gate`, then sql/capture.sql), which runs the
-//! statements generated here for each watch of the table. Because the triggers depend on an
+//! the extension, `indexnow_capture()` (`super::gate`). Because the triggers depend on an
 //! extension member, `DROP EXTENSION` refuses while a table is watched (CASCADE drops the triggers
 //! too), and `pg_dump` restores them after `CREATE EXTENSION` recreates the function.
 //!
 //! `indexnow_watch` runs as its caller, with the caller's `search_path`: `visible` and `url_sql`
-//! are resolved with it, and the watch keeps it for the triggers. Its own SQL names the extension's
-//! schema explicitly.
+//! are resolved with it, and the watch keeps it (and the caller's `TimeZone`, for a `publish_at`
+//! without zone) for every later derivation. Its own SQL names the extension's schema explicitly.
+//!
+//! Watching again, unwatching, recovering:
+//! - The first watch of a table and pattern records the rows public now as known to search
+//!   engines (they are not announced; scheduled ones are queued for their time).
+//! - Watching the same table and pattern again (to change it, or to repair it after an `ALTER
+//!   TABLE` broke it) keeps what the watch derived before and derives every row again: a page
+//!   created, changed or removed meanwhile is queued, an unchanged one is not.
+//! - `indexnow_unwatch()` keeps an unwatched watch's sources while it gave URLs: the next
+//!   TRUNCATE or reconcile of the table removes those URLs no other watch gives (if search engines
+//!   were told of them), and watching the same pattern again takes them back.
 
-use super::plan::{quote_ident, UrlSource, WatchPlan};
+use super::derive::{self, Rows};
+use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
 use crate::error::invalid_parameter;
 use crate::queue::{url_hash, Reason, UnknownReason};
@@ -58,26 +69,13 @@ fn first_or_none<T: FromDatum + IntoDatum>(
     }
 }
 
-/// The extension's schema, quoted.
-fn ext_schema() -> String {
-    let name = spi(
-        "finding the extension's schema",
-        Spi::get_one::<String>(
-            "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
-               JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
-              WHERE e.extname = 'indexnow'",
-        ),
-    )
-    .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"));
-    quote_ident(&name)
-}
-
 struct Table {
     qualified: String,
     label: String,
     /// (name, type oid)
     columns: Vec<(String, pg_sys::Oid)>,
-    key: Vec<String>,
+    /// (name, SQL type)
+    key: Vec<(String, String)>,
 }
 
 fn describe(oid: pg_sys::Oid) -> Table {
@@ -85,17 +83,31 @@ fn describe(oid: pg_sys::Oid) -> Table {
         let row = client
             .select(
                 "SELECT format('%I.%I', n.nspname, c.relname), format('%s.%s', n.nspname, c.relname), \
-                        c.relkind::text \
+                        c.relkind::text, \
+                        EXISTS (SELECT FROM pg_catalog.pg_depend d \
+                                  JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
+                                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass \
+                                   AND d.objid = c.oid AND d.deptype = 'e' \
+                                   AND e.extname = 'indexnow')::text \
                    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                   WHERE c.oid = $1",
                 None,
                 &[oid.into()],
             )?
-            .first()
-            .get_three::<String, String, String>()?;
-        let (qualified, label, kind) = (row.0.unwrap(), row.1.unwrap(), row.2.unwrap());
+            .first();
+        let (qualified, label, kind, own) = (
+            row.get::<String>(1)?.unwrap(),
+            row.get::<String>(2)?.unwrap(),
+            row.get::<String>(3)?.unwrap(),
+            row.get::<String>(4)?.unwrap(),
+        );
         if kind != "r" && kind != "p" {
             watch_error(format!("{label} is not a table: only tables can be watched"));
+        }
+        if own == "true" {
+            watch_error(format!(
+                "{label} is one of indexnow's own tables: watching it would capture the queue's own writes"
+            ));
         }
         let columns = client
             .select(
@@ -108,14 +120,15 @@ fn describe(oid: pg_sys::Oid) -> Table {
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()?;
         let key = client
             .select(
-                "SELECT a.attname::text FROM pg_catalog.pg_index i \
+                "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
+                   FROM pg_catalog.pg_index i \
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
                   WHERE i.indrelid = $1 AND i.indisprimary \
                   ORDER BY array_position(i.indkey::int2[], a.attnum)",
                 None,
                 &[oid.into()],
             )?
-            .map(|r| Ok(r.get::<String>(1)?.unwrap()))
+            .map(|r| Ok((r.get::<String>(1)?.unwrap(), r.get::<String>(2)?.unwrap())))
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()?;
         Ok::<_, pgrx::spi::Error>(Table { qualified, label, columns, key })
     })
@@ -135,9 +148,11 @@ fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
     .unwrap_or_default()
 }
 
-/// Watch `tbl` for one URL pattern: install the capture triggers (once per table), store the
-/// watch, and record the rows public now as known (they are not announced; scheduled ones are
-/// queued for their time).
+
+/// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
+/// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
+/// queued for their time); a pattern watched before is derived again, row by row, against what it
+/// derived then (see the module's comment).
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
 fn indexnow_watch(
@@ -149,15 +164,16 @@ fn indexnow_watch(
     hidden_reason: default!(&str, "'unpublished'"),
     url_sql: default!(Option<&str>, "NULL"),
 ) {
-    let ext = ext_schema();
-    let table = describe(tbl.oid());
+    let ext = crate::extension::schema();
+    let oid = tbl.oid();
     drop(tbl);
+    let table = describe(oid);
     let label = &table.label;
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {
         watch_error(format!(
-            "{label} has no primary key: indexnow pairs each row's old and new version by it"
+            "{label} has no primary key: indexnow keeps what it derived from each row by it"
         ));
     }
     let (pattern, source) = match (url, url_sql) {
@@ -168,10 +184,18 @@ fn indexnow_watch(
                     "url template {t:?} names column \"{c}\", which {label} does not have"
                 ));
             }
+            if let Some(problem) = template::literal_problem(&parts) {
+                watch_error(format!("url template {t:?} {problem}"));
+            }
             (t.to_string(), UrlSource::Template(parts))
         }
         (None, Some(sql)) => {
-            expression_type(&ext, &table, sql, "url_sql");
+            let ty = expression_type(&ext, &table, sql, "url_sql");
+            if ty != "text" && ty != "character varying" {
+                watch_error(format!(
+                    "url_sql must be a text expression over {label}; {sql:?} is {ty}"
+                ));
+            }
             (sql.to_string(), UrlSource::Sql(sql.to_string()))
         }
         (Some(_), Some(_)) => watch_error("give url or url_sql, not both".into()),
@@ -206,7 +230,12 @@ fn indexnow_watch(
             ));
         }
     }
-    if let Some(c) = publish_at {
+    let time_zone = spi(
+        "reading TimeZone",
+        Spi::get_one::<String>("SELECT pg_catalog.current_setting('TimeZone')"),
+    )
+    .unwrap_or_else(|| "UTC".into());
+    let publish = publish_at.map(|c| {
         let ty = table
             .columns
             .iter()
@@ -217,23 +246,25 @@ fn indexnow_watch(
                     "publish_at names column \"{c}\", which {label} does not have"
                 ))
             });
-        if ![
-            pg_sys::TIMESTAMPTZOID,
-            pg_sys::TIMESTAMPOID,
-            pg_sys::DATEOID,
-        ]
-        .contains(&ty)
-        {
-            watch_error(format!(
+        let kind = match ty {
+            pg_sys::TIMESTAMPTZOID => TimeKind::WithZone,
+            pg_sys::TIMESTAMPOID => TimeKind::WithoutZone,
+            pg_sys::DATEOID => TimeKind::Date,
+            _ => watch_error(format!(
                 "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
-            ));
-        }
+            )),
+        };
         if ignore.iter().any(|i| i == c) {
             watch_error(format!(
                 "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
             ));
         }
-    }
+        PublishAt {
+            column: c.to_string(),
+            kind,
+            time_zone: time_zone.clone(),
+        }
+    });
     let hidden_reason: Reason = hidden_reason
         .parse()
         .unwrap_or_else(|e: UnknownReason| watch_error(e.to_string()));
@@ -249,8 +280,6 @@ fn indexnow_watch(
         .map(|(name, _)| name.clone())
         .filter(|c| !ignore.contains(c))
         .collect();
-
-    // Replace an earlier watch of the same table and pattern; the new one gets a new id.
     let search_path = spi(
         "reading search_path",
         Spi::get_one::<String>(
@@ -259,74 +288,89 @@ fn indexnow_watch(
         ),
     )
     .unwrap_or_else(|| "pg_temp".into());
+
+    // What the table's writes recorded so far is derived under the watches they were made for.
+    derive::derive_all_change_sets(&ext);
+    // The same table and pattern watched before (active, or unwatched with its sources kept):
+    // it is this watch now, and keeps what it derived.
     let previous: Option<i32> = first_or_none(
-        &format!("DELETE FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 RETURNING id"),
+        &format!(
+            "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
+              ORDER BY active DESC, id DESC LIMIT 1"
+        ),
         &[table.qualified.as_str().into(), pattern.as_str().into()],
     );
-    let watch_id: i32 = spi(
-        "storing the watch",
-        Spi::get_one_with_args(
-            &format!(
-                "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                   publish_at, hidden_reason, search_path, on_insert, on_update, on_delete, \
-                   on_truncate, reconcile, recheck) \
-                 VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, '', '', '', '', '', '') \
-                 RETURNING id"
+    let args = || -> Vec<pgrx::datum::DatumWithOid> { vec![
+        table.qualified.as_str().into(),
+        url.into(),
+        url_sql.into(),
+        visible.into(),
+        ignore.clone().into(),
+        publish_at.into(),
+        hidden_reason.as_str().into(),
+        search_path.as_str().into(),
+        time_zone.as_str().into(),
+    ] };
+    let watch_id: i32 = match previous {
+        Some(id) => {
+            let mut args = args();
+            args.push(id.into());
+            spi(
+                "storing the watch",
+                Spi::run_with_args(
+                    &format!(
+                        "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
+                           url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
+                           hidden_reason = $7, search_path = $8, time_zone = $9, active = true \
+                         WHERE id = $10"
+                    ),
+                    &args,
+                ),
+            );
+            id
+        }
+        None => spi(
+            "storing the watch",
+            Spi::get_one_with_args(
+                &format!(
+                    "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
+                       publish_at, hidden_reason, search_path, time_zone, derive_keys, derive_all, \
+                       baseline) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '') \
+                     RETURNING id"
+                ),
+                &args(),
             ),
-            &[
-                table.qualified.as_str().into(),
-                url.into(),
-                url_sql.into(),
-                visible.into(),
-                ignore.clone().into(),
-                publish_at.into(),
-                hidden_reason.as_str().into(),
-                search_path.as_str().into(),
-            ],
-        ),
-    )
-    .unwrap();
-    let plan = WatchPlan {
+        )
+        .unwrap(),
+    };
+    let definition = WatchDefinition {
         watch_id,
         ext: ext.clone(),
         table: table.qualified.clone(),
-        table_label: table.label.clone(),
         key: table.key.clone(),
         public,
         url: source,
         visible: visible.map(str::to_string),
-        publish_at: publish_at.map(str::to_string),
+        publish_at: publish,
         hidden_reason,
     };
-    let sql = plan.statements();
+    let sql = definition.statements();
     spi(
         "storing the watch",
         Spi::run_with_args(
             &format!(
-                "UPDATE {ext}.indexnow_watches SET on_insert = $2, on_update = $3, on_delete = $4, \
-                   on_truncate = $5, reconcile = $6, recheck = $7 WHERE id = $1"
+                "UPDATE {ext}.indexnow_watches SET derive_keys = $2, derive_all = $3, \
+                   baseline = $4 WHERE id = $1"
             ),
             &[
                 watch_id.into(),
-                sql.on_insert.as_str().into(),
-                sql.on_update.as_str().into(),
-                sql.on_delete.as_str().into(),
-                sql.on_truncate.as_str().into(),
-                sql.reconcile.as_str().into(),
-                sql.recheck.as_str().into(),
+                sql.derive_keys.as_str().into(),
+                sql.derive_all.as_str().into(),
+                sql.baseline.as_str().into(),
             ],
         ),
     );
-    if let Some(old) = previous {
-        // The URLs the replaced watch derived are this watch's now.
-        spi(
-            "replacing the watch",
-            Spi::run_with_args(
-                &format!("UPDATE {ext}.indexnow_urls SET watch_id = $1 WHERE watch_id = $2"),
-                &[watch_id.into(), old.into()],
-            ),
-        );
-    }
     for (name, event, referencing) in EVENTS {
         spi(
             "installing the capture triggers",
@@ -337,22 +381,48 @@ fn indexnow_watch(
             )),
         );
     }
-    spi("recording the rows public now", Spi::run(&sql.baseline));
+    let watch = derive::Watch {
+        id: watch_id,
+        pattern,
+        table: table.qualified.clone(),
+        search_path: search_path.clone(),
+        derive_keys: sql.derive_keys,
+        derive_all: sql.derive_all,
+        ignore,
+        ext,
+    };
+    if previous.is_some() {
+        derive::derive(&watch, Rows::All, Reason::Gone);
+    } else {
+        derive::with_settings(&derive::pinned_settings(&search_path), || {
+            spi("recording the rows public now", Spi::run(&sql.baseline))
+        });
+    }
 }
 
 /// Stop watching `tbl` for the pattern `url` (a template or url_sql as given to indexnow_watch),
 /// or for every pattern when `url` is NULL. The triggers go with the table's last watch. Queued
-/// URLs stay queued.
+/// URLs stay queued; the URLs the watch gave stay known (see the module's comment).
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     let oid = tbl.oid();
     drop(tbl);
+    let ext = crate::extension::schema();
     let table = describe(oid);
+    derive::derive_all_change_sets(&ext);
     let removed: i64 = spi(
         "removing the watch",
         Spi::get_one_with_args(
-            "WITH gone AS (DELETE FROM indexnow_watches WHERE tbl = $1 AND ($2::text IS NULL OR pattern = $2) \
-                           RETURNING 1) SELECT count(*) FROM gone",
+            &format!(
+                "WITH off AS (UPDATE {ext}.indexnow_watches SET active = false \
+                               WHERE tbl = $1 AND active AND ($2::text IS NULL OR pattern = $2) \
+                               RETURNING id), \
+                      forgotten AS (DELETE FROM {ext}.indexnow_watches w USING off \
+                                     WHERE w.id = off.id AND NOT EXISTS \
+                                           (SELECT FROM {ext}.indexnow_sources s \
+                                             WHERE s.watch_id = off.id)) \
+                 SELECT count(*) FROM off"
+            ),
             &[oid.into(), url.into()],
         ),
     )
@@ -366,7 +436,7 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     let remaining: i64 = spi(
         "removing the watch",
         Spi::get_one_with_args(
-            "SELECT count(*) FROM indexnow_watches WHERE tbl = $1",
+            &format!("SELECT count(*) FROM {ext}.indexnow_watches WHERE tbl = $1 AND active"),
             &[oid.into()],
         ),
     )
@@ -384,9 +454,10 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     }
 }
 
-/// The safety net: re-derive every URL of `tbl` and queue what the queue does not match — new or
-/// republished URLs (`created`), changed content (`changed`), URLs no row gives any more
-/// (`gone`). Catches writes the triggers never saw (disabled triggers, replica mode, restores).
+/// The safety net: derive every row of `tbl` again and queue what differs from what each watch
+/// derived before — new or republished URLs (`created`), changed content (`changed`), URLs no row
+/// gives any more (`gone`, when search engines were told of them). Catches writes the triggers
+/// never saw (disabled triggers, replica mode, restores) and repairs what a broken watch missed.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_reconcile(
     tbl: PgRelation,
@@ -401,84 +472,74 @@ fn indexnow_reconcile(
 > {
     let oid = tbl.oid();
     drop(tbl);
-    let watches: Vec<(String, String, String)> = spi(
-        "reading the watches",
-        Spi::connect(|c| {
-            c.select(
-                "SELECT pattern, search_path, reconcile FROM indexnow_watches WHERE tbl = $1 ORDER BY id",
-                None,
-                &[oid.into()],
-            )?
-            .map(|r| Ok((r.get(1)?.unwrap(), r.get(2)?.unwrap(), r.get(3)?.unwrap())))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-        }),
-    );
+    let ext = crate::extension::schema();
+    derive::derive_all_change_sets(&ext);
+    let watches = derive::watches_of(&ext, oid);
     if watches.is_empty() {
         invalid_parameter(format!(
             "indexnow_reconcile: {} is not watched",
             describe(oid).label
         ));
     }
-    let rows: Vec<_> = watches
-        .into_iter()
-        .map(|(pattern, search_path, reconcile)| {
-            // Local to this function call: its SET search_path clause restores the caller's.
-            spi(
-                "setting the watch's search_path",
-                Spi::run_with_args(
-                    "SELECT pg_catalog.set_config('search_path', $1, true)",
-                    &[search_path.into()],
-                ),
-            );
-            let (created, changed, gone) = spi(
-                "reconciling",
-                Spi::connect_mut(|c| {
-                    c.update(&reconcile, None, &[])?
-                        .first()
-                        .get_three::<i64, i64, i64>()
-                }),
-            );
-            (
-                pattern,
-                created.unwrap_or(0),
-                changed.unwrap_or(0),
-                gone.unwrap_or(0),
-            )
+    let mut rows: Vec<_> = watches
+        .iter()
+        .map(|watch| {
+            let (d, _) = derive::derive(watch, Rows::All, Reason::Gone);
+            (watch.pattern.clone(), d.created, d.changed, d.removed)
         })
         .collect();
+    let owed = derive::vacate_inactive(&ext, oid, Reason::Gone);
+    if owed > 0 {
+        rows.push(("(unwatched)".into(), 0, 0, owed));
+    }
     TableIterator::new(rows)
 }
 
-/// For the capture statements: `url` in normal form with its key and host, or no row (and a
-/// WARNING naming the table, the row and the problem) when it cannot be built or submitted.
-#[pg_extern(volatile, parallel_safe)]
+/// Derives every change set the capture triggers recorded and no one has derived yet (the
+/// workers do this after each commit; this is for a session that must see the queue now).
+/// Returns how many change sets it derived.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_derive() -> i64 {
+    derive::derive_all_change_sets(&crate::extension::schema())
+}
+
+/// For the derive statements: `url` in normal form with its key and host when the row is
+/// visible and its URL can be submitted; `problem` says why not when it is visible and cannot.
+/// One row always.
+#[pg_extern(immutable, parallel_safe)]
 fn indexnow_capture_target(
     url: Option<&str>,
-    tbl: &str,
-    row_key: Option<&str>,
+    visible: Option<bool>,
 ) -> TableIterator<
     'static,
     (
-        name!(url, String),
-        name!(url_hash, Vec<u8>),
-        name!(host, String),
+        name!(url, Option<String>),
+        name!(url_hash, Option<Vec<u8>>),
+        name!(host, Option<String>),
+        name!(problem, Option<String>),
     ),
 > {
-    let row = row_key.unwrap_or("?");
-    let Some(url) = url else {
-        warning!(
-            "indexnow: skipped row {row} of {tbl}: its URL could not be built (a value it needs is NULL)"
-        );
-        return TableIterator::new(vec![]);
-    };
-    match indexnow_protocol::submittable_url(url) {
-        Ok(t) => {
-            let hash = url_hash(&t.url);
-            TableIterator::new(vec![(t.url, hash, t.host)])
-        }
-        Err(problem) => {
-            warning!("indexnow: skipped row {row} of {tbl}: cannot queue {url:?}: {problem}");
-            TableIterator::new(vec![])
-        }
+    if visible != Some(true) {
+        return TableIterator::new(vec![(None, None, None, None)]);
     }
+    let row = match url {
+        None => (
+            None,
+            None,
+            None,
+            Some("its URL could not be built (a value it needs is NULL)".to_string()),
+        ),
+        Some(url) => match indexnow_protocol::submittable_url(url) {
+            Ok(t) => {
+                let hash = url_hash(&t.url);
+                (Some(t.url), Some(hash), Some(t.host), None)
+            }
+            Err(problem) => {
+                let shown: String = url.chars().take(200).collect();
+                let more = if shown.len() < url.len() { "..." } else { "" };
+                (None, None, None, Some(format!("cannot queue {shown:?}{more}: {problem}")))
+            }
+        },
+    };
+    TableIterator::new(vec![row])
 }

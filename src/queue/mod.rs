@@ -21,11 +21,12 @@ pub use reason::{Reason, UnknownReason};
 use crate::error::invalid_parameter;
 use pgrx::prelude::*;
 use sha1::{Digest, Sha1};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The conflict rule every writer of `indexnow_urls` shares (this function and the capture
 /// triggers), appended to an `INSERT INTO indexnow_urls AS u (...) ... ` that supplies `url`,
 /// `url_hash`, `host`, `reason`, `changed_at`, `queued_at` and `available_at` (and, from a watch,
-/// `watch_id` and `fingerprint`).
+/// `watch_id`).
 pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
                      THEN u.reason ELSE excluded.reason END, \
@@ -35,8 +36,26 @@ pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
                            THEN u.available_at ELSE excluded.available_at END, \
        request_seq = u.request_seq + 1, \
-       watch_id = coalesce(excluded.watch_id, u.watch_id), \
-       fingerprint = coalesce(excluded.fingerprint, u.fingerprint)";
+       watch_id = coalesce(excluded.watch_id, u.watch_id)";
+
+/// The top-level transaction that last queued a request of its own (a content write captured, or
+/// `indexnow_queue()`), so that `indexnow_push_now()` in that transaction leaves its rows for
+/// after the commit (see `crate::send::sql::claim_by_reading`).
+static OWN_REQUESTS_XID: AtomicU32 = AtomicU32::new(0);
+
+/// The current transaction queues a request of its own.
+pub fn note_own_request() {
+    // SAFETY: assigns (or reads) this backend's top-level transaction id.
+    let xid = unsafe { pg_sys::GetTopTransactionId() };
+    OWN_REQUESTS_XID.store(xid.into_inner(), Ordering::Relaxed);
+}
+
+/// Whether the current transaction has queued a request of its own.
+pub fn own_requests_in_this_transaction() -> bool {
+    // SAFETY: reads this backend's top-level transaction id, if it has one.
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    xid != 0 && OWN_REQUESTS_XID.load(Ordering::Relaxed) == xid
+}
 
 /// The 20-byte key of a URL (already in normal form).
 pub fn url_hash(url: &str) -> Vec<u8> {
@@ -67,5 +86,6 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
         ],
     )
     .unwrap_or_else(|e| error!("indexnow: could not queue {}: {e}", target.url));
+    note_own_request();
     crate::worker::worker_at_commit();
 }

@@ -34,7 +34,8 @@ pub(crate) mod sql;
 use crate::guc;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
-use crate::{kept, subtransaction};
+use crate::capture::derive::{self, Rows};
+use crate::kept;
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
@@ -196,6 +197,18 @@ pub struct HostResult {
 /// One pass. Returns what it did per host (hosts with nothing sent are left out).
 pub fn run_pass(session: Session) -> Vec<HostResult> {
     let settings = Settings::now();
+    // What the capture triggers recorded is derived first, sending or not: the queue is what a
+    // pass reads (spec behaviour 8).
+    match session {
+        Session::Caller => {
+            derive::derive_all_change_sets(&crate::extension::schema());
+        }
+        Session::Worker { .. } => while !session.told_to_stop()
+            && session.step(|| {
+                derive::derive_one_change_set(&crate::extension::schema(), derive::Waiting::Skip)
+            })
+        {},
+    }
     if !settings.enabled {
         return vec![];
     }
@@ -351,7 +364,9 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     args.push(settings.lease().into());
     let query = match session {
         Session::Worker { .. } => sql::claim_with_lease(),
-        Session::Caller => sql::claim_by_reading(),
+        Session::Caller => {
+            sql::claim_by_reading(crate::queue::own_requests_in_this_transaction())
+        }
     };
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
@@ -372,106 +387,82 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     })
     .unwrap_or_else(|e| error!("indexnow: could not claim due URLs of {host}: {e}"));
     let taken = claimed.len();
-    Some((taken, recheck_scheduled(claimed)))
+    Some((taken, recheck_scheduled(session, settings, claimed)))
 }
 
-/// Spec behaviour 7: a page whose publication was scheduled is re-read from its table before it
-/// is sent, in case its row changed without the capture triggers seeing it (triggers disabled,
-/// `session_replication_role = replica`, a restore). The watch's `recheck` statement derives
-/// the URL from the current rows; a URL no row makes live now is taken out of the batch (see
-/// [`sql::withdraw`]). Costs a read of the watched table, only for batches holding such pages:
-/// a page queued as live when it was saved is not re-read (a bulk UPDATE of a million live pages
-/// would otherwise re-read the whole table for each batch of its push).
-fn recheck_scheduled(mut claimed: Claimed) -> Claimed {
-    // The batch's scheduled live pages, by the watch that derived them...
-    let mut by_watch: std::collections::BTreeMap<i32, Vec<Vec<u8>>> = Default::default();
-    for (((hash, watch), reason), scheduled) in claimed
+/// Spec behaviour 7: a page whose publication was scheduled is derived again from its row
+/// before it is sent, in case the row changed without the capture triggers seeing it (triggers
+/// disabled, `session_replication_role = replica`, a restore): the same derivation as a save's,
+/// for the rows that gave these URLs (`crate::capture::derive`). A page no longer public is
+/// cancelled or removed by it, a page scheduled again waits for its new time; what the
+/// derivation changed is taken out of the batch. Costs a derivation only for batches holding
+/// such pages: a page queued as live when it was saved is not re-read.
+fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed) -> Claimed {
+    let scheduled: Vec<Vec<u8>> = claimed
         .url_hash
         .iter()
-        .zip(&claimed.watch_id)
         .zip(&claimed.reason)
         .zip(&claimed.scheduled)
-    {
-        let live = reason.parse::<Reason>().is_ok_and(|r| !r.is_removal());
-        if let (true, true, Some(watch)) = (live, *scheduled, watch) {
-            by_watch.entry(*watch).or_default().push(hash.clone());
-        }
-    }
-    if by_watch.is_empty() {
+        .filter(|((_, reason), scheduled)| {
+            **scheduled && reason.parse::<Reason>().is_ok_and(|r| !r.is_removal())
+        })
+        .map(|((hash, _), _)| hash.clone())
+        .collect();
+    if scheduled.is_empty() {
         return claimed;
     }
-    // ... of the watches that schedule publication: (search_path, recheck statement, URLs)
-    let watches: Vec<i32> = by_watch.keys().copied().collect();
-    let groups: Vec<(String, String, Vec<Vec<u8>>)> = Spi::connect(|client| {
-        let mut groups = vec![];
-        for r in client.select(sql::SCHEDULING_WATCHES, None, &[watches.into()])? {
-            let id: i32 = r.get(1)?.unwrap_or_default();
-            let hashes = by_watch.remove(&id).unwrap_or_default();
-            groups.push((
-                r.get(2)?.unwrap_or_default(),
-                r.get(3)?.unwrap_or_default(),
-                hashes,
-            ));
-        }
-        Ok::<_, pgrx::spi::Error>(groups)
+    let ext = crate::extension::schema();
+    // Our own lease would read as a push in flight (a removal owed): not while we re-read.
+    let lease = |until: Option<f64>| {
+        Spi::run_with_args(
+            &sql::lease_again(),
+            &[scheduled.clone().into(), until.into()],
+        )
+        .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
+    };
+    if matches!(session, Session::Worker { .. }) {
+        lease(None);
+    }
+    let sources: Vec<(i32, pgrx::JsonB)> = Spi::connect(|client| {
+        client
+            .select(&sql::sources_of(&ext), None, &[scheduled.clone().into()])?
+            .map(|r| Ok((r.get::<i32>(1)?.unwrap_or_default(), r.get::<pgrx::JsonB>(2)?.unwrap())))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
-    .unwrap_or_else(|e| error!("indexnow: could not find the watches of a batch: {e}"));
-    if groups.is_empty() {
-        return claimed;
-    }
-    let mut out_hash: Vec<Vec<u8>> = vec![];
-    let mut out_state: Vec<Option<String>> = vec![];
-    let mut out_pub_at: Vec<Option<TimestampWithTimeZone>> = vec![];
-    let our_path: Option<String> = kept::get_one("SELECT current_setting('search_path')", &[])
-        .ok()
-        .flatten();
-    for (search_path, recheck, hashes) in groups {
-        let reread = subtransaction::run(|| {
-            Spi::connect_mut(|client| {
-                kept::set_local_search_path(client, &search_path);
-                client
-                    .update(&recheck, None, &[hashes.clone().into()])?
-                    .map(|r| {
-                        Ok((
-                            r.get::<Vec<u8>>(1)?.unwrap_or_default(),
-                            r.get::<String>(2)?,
-                            r.get::<TimestampWithTimeZone>(3)?,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-            })
-        });
-        match reread.and_then(|r| r.map_err(|e| e.to_string())) {
-            Ok(rows) => {
-                for (hash, state, pub_at) in rows {
-                    if state.as_deref() != Some("live") {
-                        out_hash.push(hash);
-                        out_state.push(state);
-                        out_pub_at.push(pub_at);
-                    }
-                }
-            }
-            // The capture triggers kept the queue right as far as they saw; a re-read that
-            // fails (a watch left stale by ALTER TABLE) must not stop sending.
-            Err(e) => warning!("indexnow: could not re-read scheduled pages: {e}"),
+    .unwrap_or_else(|e| error!("indexnow: could not find the rows of scheduled pages: {e}"));
+    let ids = sources.iter().map(|(id, _)| *id).collect();
+    for watch in derive::watches_by_id(&ext, ids) {
+        for (_, keys) in sources.iter().filter(|(id, _)| *id == watch.id) {
+            derive::derive(&watch, Rows::Keyed(keys.0.clone()), Reason::Gone);
         }
     }
-    if let Some(path) = our_path {
-        Spi::connect_mut(|client| kept::set_local_search_path(client, &path));
+    // Still as claimed: the same request, pending, and its time has come.
+    let (hashes, seqs): (Vec<Vec<u8>>, Vec<i64>) = claimed
+        .url_hash
+        .iter()
+        .zip(&claimed.request_seq)
+        .filter(|(h, _)| scheduled.contains(h))
+        .map(|(h, s)| (h.clone(), *s))
+        .unzip();
+    let unchanged: std::collections::HashSet<Vec<u8>> = Spi::connect(|client| {
+        client
+            .select(sql::STILL_AS_CLAIMED, None, &[hashes.into(), seqs.into()])?
+            .map(|r| Ok(r.get::<Vec<u8>>(1)?.unwrap_or_default()))
+            .collect::<Result<_, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not read re-read pages: {e}"));
+    if matches!(session, Session::Worker { .. }) {
+        let kept: Vec<Vec<u8>> = unchanged.iter().cloned().collect();
+        Spi::run_with_args(
+            &sql::lease_again(),
+            &[kept.into(), Some(settings.lease()).into()],
+        )
+        .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"));
     }
-    if out_hash.is_empty() {
-        return claimed;
-    }
-    Spi::run_with_args(
-        &sql::withdraw(),
-        &[out_hash.clone().into(), out_state.into(), out_pub_at.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: could not withdraw re-read pages: {e}"));
-    let withdrawn: std::collections::HashSet<Vec<u8>> = out_hash.into_iter().collect();
     let keep: Vec<bool> = claimed
         .url_hash
         .iter()
-        .map(|h| !withdrawn.contains(h))
+        .map(|h| !scheduled.contains(h) || unchanged.contains(h))
         .collect();
     claimed.retain(&keep);
     claimed

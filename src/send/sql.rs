@@ -6,7 +6,6 @@
 //! `$5` = dry run (bool). A statement that does not use some of them still takes them all, so
 //! every call site passes the same [`super::Settings::claim_args`].
 
-use crate::capture::plan::known_live;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
 
 /// Who takes advisory locks of this key (`pg_advisory_*lock(PASS_LOCK)`): sending passes only.
@@ -89,12 +88,16 @@ pub fn claim_with_lease() -> String {
 /// committed. A transaction that saves a page and then calls `indexnow_push_now()` may still roll
 /// back, and search engines would have been told of a page that never existed (or a test's
 /// data). Those rows stay pending and go out after the commit, with the worker or the next call.
-pub fn claim_by_reading() -> String {
-    due_of_host(
-        CLAIMED_COLUMNS,
-        "AND NOT indexnow_written_by_this_transaction(xmin::text::bigint)",
-        "",
-    )
+///
+/// The rows a transaction that queued nothing of its own writes are those it derived from change
+/// sets other transactions committed: those are sent (`own_requests` false).
+pub fn claim_by_reading(own_requests: bool) -> String {
+    let and = if own_requests {
+        "AND NOT indexnow_written_by_this_transaction(xmin::text::bigint)"
+    } else {
+        ""
+    };
+    due_of_host(CLAIMED_COLUMNS, and, "")
 }
 
 /// What becomes of claimed rows once the answer is known.
@@ -197,24 +200,25 @@ pub fn seconds_to_next_due() -> String {
     )
 }
 
-/// Of the watches `$1` (int[]), those with `publish_at`: their pages are re-read at send time
-/// (spec behaviour 7).
-pub const SCHEDULING_WATCHES: &str = "SELECT id, search_path, recheck FROM indexnow_watches \
-     WHERE id = ANY ($1) AND publish_at IS NOT NULL";
-
-/// The rows the re-read found not live now (`$1` url_hash[], `$2` state, `$3` publication time)
-/// are taken out of the batch: a page scheduled again waits for its new time; a page that no
-/// longer exists or is no longer visible is never sent as live — its request is cancelled, or,
-/// when search engines were told it is live, it becomes a removal (`gone`).
-pub fn withdraw() -> String {
-    let known_live = known_live("u");
+/// The rows that gave the URLs `$1` (bytea[]), per watch: `watch_id`, their keys (jsonb).
+pub fn sources_of(ext: &str) -> String {
     format!(
-        "UPDATE indexnow_urls u SET claimed_until = NULL, \
-            available_at = CASE WHEN r.state = 'scheduled' THEN r.pub_at ELSE u.available_at END, \
-            reason = CASE WHEN r.state IS NULL AND {known_live} THEN 'gone' ELSE u.reason END, \
-            settled_seq = CASE WHEN r.state IS NULL AND NOT {known_live} THEN u.request_seq \
-                               ELSE u.settled_seq END \
-           FROM unnest($1::bytea[], $2::text[], $3::timestamptz[]) AS r(url_hash, state, pub_at) \
-          WHERE u.url_hash = ANY($1) AND u.url_hash = r.url_hash"
+        "SELECT watch_id, pg_catalog.jsonb_agg(row_key) FROM {ext}.indexnow_sources \
+          WHERE url_hash = ANY ($1) GROUP BY watch_id"
     )
 }
+
+/// Sets the lease of the rows `$1` (bytea[]) to `$2` seconds from now, or removes it (NULL).
+pub fn lease_again() -> String {
+    "UPDATE indexnow_urls SET claimed_until = clock_timestamp() + make_interval(secs => $2) \
+      WHERE url_hash = ANY ($1)"
+        .into()
+}
+
+/// Of the claimed rows `$1` (bytea[]) with the request each carried `$2` (bigint[]), those still
+/// as claimed: the same request, pending, its time come.
+pub const STILL_AS_CLAIMED: &str = "SELECT u.url_hash \
+       FROM unnest($1::bytea[], $2::bigint[]) AS c(url_hash, request_seq) \
+       JOIN indexnow_urls u ON u.url_hash = c.url_hash \
+      WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq \
+        AND u.available_at <= clock_timestamp()";

@@ -1,0 +1,474 @@
+//! Running derivations: a watch's statement (`super::statements`) over some rows of its table,
+//! with the settings it must run under, and the change sets the capture trigger recorded.
+//!
+//! - **Settings pinned.** Each derivation runs with the watch's `search_path` (its `visible` and
+//!   `url_sql` were written for it) and with the output settings fixed (`TimeZone` UTC,
+//!   `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 1, `bytea_output` hex), so
+//!   that a URL, a fingerprint or a publication time never depends on the session that happens to
+//!   derive it. They are set for the derivation only and put back after, as a function's `SET`
+//!   clause would.
+//! - **A row that fails is skipped, not the statement.** The statement runs in a subtransaction;
+//!   when it raises (a `url_sql` that divides by zero for one row), the keys are split in halves
+//!   until the failing rows are alone, and every other row is derived. A watch that fails even for
+//!   no row at all (a column it names was dropped) is broken as a whole. Either way one WARNING
+//!   per derivation says how many rows were skipped, the first keys and the error; the change is
+//!   not lost for good: `indexnow_reconcile()` (after fixing the watch with `indexnow_watch()`,
+//!   which reconciles by itself) derives every row again.
+//! - **A cancel is not an error**: it ends the statement (see `crate::subtransaction`).
+//! - **Change sets** are derived oldest first, one at a time: a worker skips one another sender
+//!   is deriving (`SKIP LOCKED`) and commits each on its own, so a SIGKILL loses nothing (the
+//!   change set is deleted in the transaction that wrote what it derived); a reader
+//!   (`indexnow_status()`, `indexnow_push_now()`, `indexnow_reconcile()`) waits for it instead,
+//!   because it must see everything.
+
+use crate::queue::Reason;
+use crate::{kept, subtransaction};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use serde_json::Value;
+use std::ffi::CString;
+
+/// A watch as the derivation needs it.
+#[derive(Clone)]
+pub struct Watch {
+    /// The extension's schema, quoted.
+    pub ext: String,
+    pub id: i32,
+    pub pattern: String,
+    /// The table, schema-qualified and quoted.
+    pub table: String,
+    pub search_path: String,
+    pub derive_keys: String,
+    pub derive_all: String,
+    /// The columns the UPDATE gate may ignore.
+    pub ignore: Vec<String>,
+}
+
+/// Which rows to derive.
+pub enum Rows {
+    /// These keys (`[[k0, ...], ...]`).
+    Keyed(Value),
+    /// Every row of the table and every row the watch has a source for.
+    All,
+}
+
+/// What one derivation queued.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Derived {
+    pub created: i64,
+    pub changed: i64,
+    pub removed: i64,
+}
+
+impl std::ops::AddAssign for Derived {
+    fn add_assign(&mut self, o: Derived) {
+        self.created += o.created;
+        self.changed += o.changed;
+        self.removed += o.removed;
+    }
+}
+
+/// The active watches of the table `$1` (oid), oldest first.
+pub fn watches_of(ext: &str, table: pg_sys::Oid) -> Vec<Watch> {
+    watches_where(
+        ext,
+        "w.tbl = $1::pg_catalog.oid::pg_catalog.regclass",
+        table.into(),
+    )
+}
+
+/// The active watches among `ids`.
+pub fn watches_by_id(ext: &str, ids: Vec<i32>) -> Vec<Watch> {
+    watches_where(ext, "w.id = ANY ($1)", ids.into())
+}
+
+fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>) -> Vec<Watch> {
+    let sql = format!(
+        "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
+                w.search_path, w.derive_keys, w.derive_all, w.ignore \
+           FROM {ext}.indexnow_watches w \
+           JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+          WHERE {condition} AND w.active ORDER BY w.id"
+    );
+    Spi::connect(|client| {
+        kept::read(client, &sql, &[arg])?
+            .map(|r| {
+                Ok(Watch {
+                    ext: ext.to_string(),
+                    id: r.get(1)?.unwrap_or_default(),
+                    pattern: r.get(2)?.unwrap_or_default(),
+                    table: r.get(3)?.unwrap_or_default(),
+                    search_path: r.get(4)?.unwrap_or_default(),
+                    derive_keys: r.get(5)?.unwrap_or_default(),
+                    derive_all: r.get(6)?.unwrap_or_default(),
+                    ignore: r.get(7)?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"))
+}
+
+/// The output settings every derivation runs under, and the watch's search_path.
+pub fn pinned_settings(search_path: &str) -> [(&'static str, String); 6] {
+    [
+        ("search_path", search_path.to_string()),
+        ("TimeZone", "UTC".into()),
+        ("DateStyle", "ISO, YMD".into()),
+        ("IntervalStyle", "postgres".into()),
+        ("extra_float_digits", "1".into()),
+        ("bytea_output", "hex".into()),
+    ]
+}
+
+/// Runs `f` with `settings`, and puts the earlier values back after it, as a function's `SET`
+/// clauses do (an ERROR inside unwinds them with the (sub)transaction it aborts).
+pub fn with_settings<R>(settings: &[(&str, String)], f: impl FnOnce() -> R) -> R {
+    // SAFETY: a GUC nest level is opened and closed around `f` on this backend's own state.
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    for (name, value) in settings {
+        let (name, value) = (
+            CString::new(*name).expect("a setting's name"),
+            CString::new(value.as_str()).unwrap_or_else(|_| error!("indexnow: a NUL in {name}")),
+        );
+        // SAFETY: both strings live across the call; errors are raised as ERRORs.
+        unsafe {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                pgrx::PgLogLevel::ERROR as i32,
+                false,
+            );
+        }
+    }
+    let r = f();
+    // SAFETY: closes the level opened above.
+    unsafe { pg_sys::AtEOXact_GUC(true, level) };
+    r
+}
+
+/// The outcome of one run of a statement.
+struct Run {
+    derived: Derived,
+    problems: i64,
+    problem: Option<String>,
+    writes: i64,
+}
+
+fn run_statement(watch: &Watch, rows: &Rows, absent: Reason) -> Result<Run, String> {
+    let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match rows {
+        Rows::Keyed(keys) => (
+            &watch.derive_keys,
+            vec![JsonB(keys.clone()).into(), absent.as_str().into()],
+        ),
+        Rows::All => (
+            &watch.derive_all,
+            vec![Option::<JsonB>::None.into(), absent.as_str().into()],
+        ),
+    };
+    // The keyed statement runs for small sets on every save: planned once per backend. The
+    // whole-table one is planned afresh (it runs rarely, and its plan depends on the table's size).
+    let keep = matches!(rows, Rows::Keyed(Value::Array(a)) if a.len() <= 100);
+    subtransaction::run(|| {
+        Spi::connect_mut(|client| {
+            let table = if keep {
+                kept::write(client, sql, &args)?
+            } else {
+                client.update(sql, None, &args)?
+            };
+            let row = table.first();
+            Ok::<_, pgrx::spi::Error>(Run {
+                derived: Derived {
+                    created: row.get::<i64>(1)?.unwrap_or(0),
+                    changed: row.get::<i64>(2)?.unwrap_or(0),
+                    removed: row.get::<i64>(3)?.unwrap_or(0),
+                },
+                problems: row.get::<i64>(4)?.unwrap_or(0),
+                problem: row.get::<String>(5)?,
+                writes: row.get::<i64>(6)?.unwrap_or(0),
+            })
+        })
+        .unwrap_or_else(|e| error!("{e}"))
+    })
+}
+
+/// Rows that could not be derived, for the one WARNING of a derivation.
+#[derive(Default)]
+struct Skipped {
+    count: i64,
+    first: Vec<String>,
+}
+
+impl Skipped {
+    fn add(&mut self, count: i64, what: Option<String>) {
+        self.count += count;
+        if let Some(w) = what {
+            if self.first.len() < 3 {
+                self.first.push(w);
+            }
+        }
+    }
+}
+
+/// Derives `rows` for `watch`. Rows that cannot be derived are skipped with one WARNING; the
+/// others are derived. Returns what was queued, and whether anything was written.
+pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> (Derived, bool) {
+    with_settings(&pinned_settings(&watch.search_path), || {
+        let mut skipped = Skipped::default();
+        let mut derived = Derived::default();
+        let mut wrote = false;
+        let mut broken = None;
+        match run_statement(watch, &rows, absent) {
+            Ok(run) => {
+                derived += run.derived;
+                wrote = run.writes > 0 || run.derived != Derived::default();
+                skipped.add(run.problems, run.problem);
+            }
+            Err(message) => {
+                // Broken whatever the rows (a column it names is gone)? Then nothing can be
+                // derived; else find the rows that fail.
+                if let Err(m) = run_statement(watch, &Rows::Keyed(Value::Array(vec![])), absent) {
+                    broken = Some(m);
+                } else {
+                    let keys = match rows {
+                        Rows::Keyed(Value::Array(keys)) => keys,
+                        Rows::Keyed(_) => vec![],
+                        Rows::All => all_keys(watch),
+                    };
+                    bisect(watch, &keys, absent, message, &mut derived, &mut wrote, &mut skipped);
+                }
+            }
+        }
+        if let Some(message) = broken {
+            warn(
+                watch,
+                format!(
+                    "indexnow: the watch of {} for {} could not derive its URLs: {message}",
+                    watch.table, watch.pattern
+                ),
+            );
+        } else if skipped.count > 0 {
+            warn(
+                watch,
+                format!(
+                    "indexnow: {} row{} of {} skipped for {} ({})",
+                    skipped.count,
+                    if skipped.count == 1 { "" } else { "s" },
+                    watch.table,
+                    watch.pattern,
+                    skipped.first.join("; ")
+                ),
+            );
+        }
+        (derived, wrote)
+    })
+}
+
+/// Derives `keys` in halves until the rows that fail are alone; those are skipped.
+fn bisect(
+    watch: &Watch,
+    keys: &[Value],
+    absent: Reason,
+    message: String,
+    derived: &mut Derived,
+    wrote: &mut bool,
+    skipped: &mut Skipped,
+) {
+    if keys.len() <= 1 {
+        if let Some(key) = keys.first() {
+            skipped.add(1, Some(format!("{key}: {message}")));
+        }
+        return;
+    }
+    let (left, right) = keys.split_at(keys.len() / 2);
+    for half in [left, right] {
+        match run_statement(watch, &Rows::Keyed(Value::Array(half.to_vec())), absent) {
+            Ok(run) => {
+                *derived += run.derived;
+                *wrote |= run.writes > 0 || run.derived != Derived::default();
+                skipped.add(run.problems, run.problem);
+            }
+            Err(m) => bisect(watch, half, absent, m, derived, wrote, skipped),
+        }
+    }
+}
+
+/// Every key the whole-table derivation covers, for finding the rows that fail.
+fn all_keys(watch: &Watch) -> Vec<Value> {
+    let sql = format!(
+        "SELECT pg_catalog.jsonb_agg(k) FROM ( \
+           SELECT {row_key} AS k FROM {table} r \
+           UNION SELECT row_key FROM {ext}.indexnow_sources WHERE watch_id = $1) x",
+        row_key = table_row_key(&watch.table),
+        table = watch.table,
+        ext = watch.ext,
+    );
+    let keys: Option<JsonB> = Spi::connect(|client| kept::read(client, &sql, &[watch.id.into()])?.first().get_one())
+        .unwrap_or_else(|e| error!("indexnow: reading the keys of {}: {e}", watch.table));
+    match keys {
+        Some(JsonB(Value::Array(keys))) => keys,
+        _ => vec![],
+    }
+}
+
+/// `jsonb_build_array(r.k0, ...)` for the primary key of `table` (a regclass name).
+fn table_row_key(table: &str) -> String {
+    let key: Vec<String> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT a.attname::text FROM pg_catalog.pg_index i \
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+                  WHERE i.indrelid = $1::regclass AND i.indisprimary \
+                  ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the key of {table}: {e}"));
+    super::statements::row_key(&key, "r")
+}
+
+fn warn(watch: &Watch, message: String) {
+    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, message, "indexnow")
+        .set_hint(format!(
+            "The write itself succeeded. Fix the watch with indexnow_watch() (which catches up by \
+             itself), or the rows, then run indexnow_reconcile('{}').",
+            watch.table.replace('\'', "''")
+        ))
+        .report(PgLogLevel::WARNING);
+}
+
+/// Whether a sender that finds a change set locked by another waits for it or skips it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// A worker: another sender is deriving it.
+    Skip,
+    /// A reader that must see everything.
+    Wait,
+}
+
+/// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
+/// it) and deletes it. False when there was none.
+pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
+    let lock = match waiting {
+        Waiting::Skip => "FOR UPDATE SKIP LOCKED",
+        Waiting::Wait => "FOR UPDATE",
+    };
+    let take = format!(
+        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes ORDER BY id LIMIT 1 {lock}"
+    );
+    let change = Spi::connect_mut(|client| {
+        let table = kept::write(client, &take, &[])?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        let row = table.first();
+        Ok::<_, pgrx::spi::Error>(Some((
+            row.get::<i64>(1)?.unwrap_or_default(),
+            row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+            row.get::<Vec<i32>>(3)?,
+            row.get::<JsonB>(4)?,
+        )))
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"));
+    let Some((id, table, only, keys)) = change else {
+        return false;
+    };
+    let mut wrote = false;
+    for watch in watches_of(ext, table) {
+        if only.as_ref().is_some_and(|ids| !ids.contains(&watch.id)) {
+            continue;
+        }
+        let rows = match &keys {
+            Some(JsonB(keys)) => Rows::Keyed(keys.clone()),
+            None => Rows::All,
+        };
+        wrote |= derive(&watch, rows, Reason::Deleted).1;
+    }
+    if keys.is_none() {
+        vacate_inactive(ext, table, Reason::Deleted);
+    }
+    Spi::connect_mut(|client| {
+        kept::write(
+            client,
+            &format!("DELETE FROM {ext}.indexnow_changes WHERE id = $1"),
+            &[id.into()],
+        )
+        .map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
+    if wrote {
+        crate::worker::worker_at_commit();
+    }
+    true
+}
+
+/// Derives every change set there is, in the calling transaction (a reader). Returns how many.
+pub fn derive_all_change_sets(ext: &str) -> i64 {
+    let mut n = 0;
+    while derive_one_change_set(ext, Waiting::Wait) {
+        n += 1;
+    }
+    n
+}
+
+/// Whether any change set waits to be derived (a read: assigns no transaction id).
+pub fn change_sets_waiting(ext: &str) -> bool {
+    kept::get_one::<bool>(
+        &format!("SELECT EXISTS (SELECT FROM {ext}.indexnow_changes)"),
+        &[],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
+/// The URLs of the table's unwatched watches: their sources are given up, and each URL no other
+/// watch gives is removed (`reason`) if search engines were told of it, else its request is
+/// cancelled. Run by TRUNCATE and reconcile, which are when a table's whole content is known.
+pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
+    let known_live = super::statements::known_live("u");
+    let sql = format!(
+        "WITH w AS (SELECT id FROM {ext}.indexnow_watches \
+                     WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active), \
+         gs AS (DELETE FROM {ext}.indexnow_sources s USING w WHERE s.watch_id = w.id \
+                RETURNING s.url_hash, s.url, s.host, s.since), \
+         gone AS ( \
+           SELECT DISTINCT ON (g.url_hash) g.url_hash, g.url, g.host, u.request_seq, \
+                  ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= g.since) \
+                    OR coalesce(u.claimed_until > now(), false) AS announced \
+             FROM gs g JOIN {ext}.indexnow_urls u ON u.url_hash = g.url_hash \
+            WHERE NOT EXISTS (SELECT FROM {ext}.indexnow_sources s \
+                               WHERE s.url_hash = g.url_hash \
+                                 AND s.watch_id NOT IN (SELECT id FROM w)) \
+            ORDER BY g.url_hash, g.since), \
+         q AS ( \
+           INSERT INTO {ext}.indexnow_urls AS u \
+             (url, url_hash, host, reason, changed_at, queued_at, available_at) \
+           SELECT url, url_hash, host, $2, now(), now(), now() FROM gone WHERE announced \
+           {on_conflict} RETURNING 1), \
+         c AS ( \
+           UPDATE {ext}.indexnow_urls u SET settled_seq = u.request_seq, reason = $2 \
+             FROM gone g WHERE NOT g.announced AND u.url_hash = g.url_hash \
+              AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq RETURNING 1), \
+         d AS (DELETE FROM {ext}.indexnow_watches x USING w WHERE x.id = w.id RETURNING 1) \
+         SELECT (SELECT count(*) FROM q) + 0 * ((SELECT count(*) FROM c) + (SELECT count(*) FROM d))",
+        on_conflict = crate::queue::ON_CONFLICT_SQL,
+    );
+    Spi::connect_mut(|client| {
+        client
+            .update(&sql, None, &[table.into(), reason.as_str().into()])?
+            .first()
+            .get_one::<i64>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: giving up the URLs of unwatched watches: {e}"))
+    .unwrap_or(0)
+}

@@ -1,0 +1,474 @@
+//! The SQL a watch runs, generated once by `indexnow_watch()` from the table's columns and stored
+//! in `indexnow_watches`: statements that derive the watch's URLs from rows of the table as they
+//! are now, and turn the difference from what the watch last derived from those rows
+//! (`indexnow_sources`) into queue requests.
+//!
+//! One derivation serves every path: a trigger event, a change set after commit, TRUNCATE,
+//! `indexnow_reconcile()` and the send-time re-read of scheduled pages. For each row it reads the
+//! row (absent, hidden, or public: live or scheduled), builds its URL and the fingerprint of its
+//! public columns, and compares with the row's source:
+//!
+//! | now \ before          | no source                 | source with URL `a`                      |
+//! |-----------------------|---------------------------|------------------------------------------|
+//! | absent or hidden      | nothing                   | `a` removed (`deleted`/`gone`, or the    |
+//! |                       |                           | watch's `hidden_reason`)                 |
+//! | public at URL `a`     | `a` `created`             | `a` `changed` if fingerprint or          |
+//! |                       |                           | publication time differ, else nothing    |
+//! | public at URL `b`     | `b` `created`             | `b` queued, `a` removed as `moved`       |
+//!
+//! - A live request is `changed` when search engines were last told the URL is live, else
+//!   `created`; a scheduled one waits for its publication time (`available_at`).
+//! - A removal is sent only when search engines were told of the URL while this row gave it (its
+//!   last push is later than the source's `since`), or a push of it is in flight. Otherwise the URL
+//!   was never public as far as they know: its pending request is cancelled (settled unsent). An
+//!   ORM's insert-then-rename, a draft, a scheduled post cancelled before its time announce
+//!   nothing.
+//! - A URL another row or another watch still gives is not removed.
+//! - A row whose URL cannot be built or is invalid is skipped; the statement returns how many and
+//!   the first few, and the caller warns once.
+//! - Everything that turns values into text (templates, fingerprints) is computed with output
+//!   settings pinned by the caller (`crate::capture::derive`), and a `publish_at` without time zone
+//!   is read in the time zone the watch was made in, so a session's `TimeZone` or `DateStyle`
+//!   changes no URL, no fingerprint and no publication time.
+//!
+//! The statements take `$1` the keys (`derive_keys`: a jsonb array of key arrays) and `$2` the
+//! reason for a row that no longer exists (`deleted` for a write, `gone` for reconcile), and
+//! return one row: created, changed, removed, problems (count), problem (the first few, text).
+
+use super::template::Part;
+use crate::queue::{Reason, ON_CONFLICT_SQL};
+
+/// A watch as `indexnow_watch()` checked it: everything the statements are generated from.
+pub struct WatchDefinition {
+    pub watch_id: i32,
+    /// The extension's schema, quoted.
+    pub ext: String,
+    /// The watched table, schema-qualified and quoted.
+    pub table: String,
+    /// The primary key: (column name, SQL type).
+    pub key: Vec<(String, String)>,
+    /// The columns whose change is a content change: all but the ignored ones.
+    pub public: Vec<String>,
+    pub url: UrlSource,
+    pub visible: Option<String>,
+    pub publish_at: Option<PublishAt>,
+    pub hidden_reason: Reason,
+}
+
+pub enum UrlSource {
+    Template(Vec<Part>),
+    Sql(String),
+}
+
+/// The publication-time column and how to read it as a point in time.
+pub struct PublishAt {
+    pub column: String,
+    pub kind: TimeKind,
+    /// The watcher's `TimeZone`, for a column without time zone.
+    pub time_zone: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TimeKind {
+    WithZone,
+    WithoutZone,
+    Date,
+}
+
+/// The generated statements of one watch.
+pub struct Statements {
+    /// Derives the rows whose keys are in `$1`.
+    pub derive_keys: String,
+    /// Derives every row of the table and every row the watch has a source for.
+    pub derive_all: String,
+    /// Records the rows public now as known to search engines (not announced); scheduled ones are
+    /// queued for their time. For a watch with no sources yet.
+    pub baseline: String,
+}
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// Search engines were last told the queue row `alias` is live (or, for a watch's baseline, are
+/// taken to know it).
+pub fn known_live(alias: &str) -> String {
+    format!(
+        "coalesce({alias}.settled_reason NOT IN ({}), false)",
+        removal_list()
+    )
+}
+
+pub fn removal_list() -> String {
+    Reason::ALL
+        .iter()
+        .filter(|r| r.is_removal())
+        .map(|r| quote_literal(r.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The row key of `alias` as stored in change sets and sources: `jsonb_build_array(k0, ...)`.
+pub fn row_key(key: &[String], alias: &str) -> String {
+    let cols = key
+        .iter()
+        .map(|k| format!("{alias}.{}", quote_ident(k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("pg_catalog.jsonb_build_array({cols})")
+}
+
+/// At most this many keys in one change set row: a derivation takes one at a time, in a
+/// transaction of its own when a worker runs it.
+pub const CHANGE_SET_KEYS: i64 = 10_000;
+
+/// The statement that records which rows of a table one trigger event touched: `$1` the table's
+/// oid, `$2` the watches to derive (int[], NULL for all). `sources` are the transition tables
+/// whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE changed a key).
+pub fn record_change_set(ext: &str, key: &[String], sources: &[&str]) -> String {
+    let rows = sources
+        .iter()
+        .map(|t| format!("SELECT {} AS k FROM {t} r", row_key(key, "r")))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         SELECT $1, $2, pg_catalog.jsonb_agg(x.k) \
+           FROM (SELECT k, (pg_catalog.row_number() OVER () - 1) / {CHANGE_SET_KEYS} AS chunk \
+                   FROM ({rows}) t) x \
+          GROUP BY x.chunk"
+    )
+}
+
+/// The keys of one trigger event as one jsonb array, for a derivation in the writing statement.
+pub fn event_keys(key: &[String], sources: &[&str]) -> String {
+    let rows = sources
+        .iter()
+        .map(|t| format!("SELECT {} AS k FROM {t} r", row_key(key, "r")))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    format!("SELECT pg_catalog.jsonb_agg(DISTINCT t.k) FROM ({rows}) t")
+}
+
+impl WatchDefinition {
+    pub fn statements(&self) -> Statements {
+        Statements {
+            derive_keys: self.derive(true),
+            derive_all: self.derive(false),
+            baseline: self.baseline(),
+        }
+    }
+
+    fn key_names(&self) -> Vec<String> {
+        self.key.iter().map(|(k, _)| k.clone()).collect()
+    }
+
+    fn url_expr(&self) -> String {
+        match &self.url {
+            UrlSource::Template(parts) => parts
+                .iter()
+                .map(|p| match p {
+                    Part::Literal(text) => quote_literal(text),
+                    Part::Column(c) => {
+                        format!("{}.indexnow_url_part(r.{}::text)", self.ext, quote_ident(c))
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" || "),
+            UrlSource::Sql(sql) => format!("(({sql}))::text"),
+        }
+    }
+
+    fn publish_at_expr(&self) -> String {
+        match &self.publish_at {
+            None => "NULL::timestamptz".into(),
+            Some(p) => {
+                let col = format!("r.{}", quote_ident(&p.column));
+                let zone = quote_literal(&p.time_zone);
+                match p.kind {
+                    TimeKind::WithZone => col,
+                    TimeKind::WithoutZone => format!("({col} AT TIME ZONE {zone})"),
+                    TimeKind::Date => format!("({col}::timestamp AT TIME ZONE {zone})"),
+                }
+            }
+        }
+    }
+
+    /// The fingerprint of the public columns: md5 of a jsonb object of them, NULLs left out (so a
+    /// column added later, NULL in every row, changes no fingerprint when the watch is made again),
+    /// and keys sorted by jsonb itself. Values keep their stored text (numeric scale, case), so a
+    /// change of value is a change even where the type's equality would call the two equal.
+    fn fingerprint_expr(&self) -> String {
+        if self.public.is_empty() {
+            return "''".into();
+        }
+        // jsonb_build_object takes at most 100 arguments: 50 columns a call.
+        let objects = self
+            .public
+            .chunks(50)
+            .map(|cols| {
+                let pairs = cols
+                    .iter()
+                    .map(|c| format!("{}, r.{}", quote_literal(c), quote_ident(c)))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("pg_catalog.jsonb_build_object({pairs})")
+            })
+            .collect::<Vec<_>>()
+            .join(" || ");
+        format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
+    }
+
+    /// Per row of the table: its key (jsonb), URL, visibility, publication time, fingerprint.
+    /// With `keyed`, only the rows whose keys are in `k` (locked, so a concurrent save of the row
+    /// is either seen or waits).
+    fn rows(&self, keyed: bool) -> String {
+        let visible = match &self.visible {
+            Some(v) => format!("coalesce(({v}), false)"),
+            None => "true".to_string(),
+        };
+        let select = format!(
+            "SELECT {row_key} AS row_key, {url} AS url, {visible} AS vis, {pub_at} AS pub_at, \
+                    {fp} AS fp",
+            row_key = row_key(&self.key_names(), "r"),
+            url = self.url_expr(),
+            pub_at = self.publish_at_expr(),
+            fp = self.fingerprint_expr(),
+        );
+        if keyed {
+            let on = self
+                .key
+                .iter()
+                .enumerate()
+                .map(|(i, (k, ty))| {
+                    format!("r.{} = (k.row_key ->> {i})::{ty}", quote_ident(k))
+                })
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            format!(
+                "{select} FROM k JOIN {table} r ON {on} FOR SHARE OF r",
+                table = self.table
+            )
+        } else {
+            format!("{select} FROM {table} r", table = self.table)
+        }
+    }
+
+    /// Each row's URL in normal form and its target, when the row is visible; `problem` when its
+    /// URL cannot be built or submitted.
+    fn current(&self) -> String {
+        format!(
+            "c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp \
+                     FROM d CROSS JOIN LATERAL {ext}.indexnow_capture_target(d.url, d.vis) x)",
+            ext = self.ext
+        )
+    }
+
+    fn derive(&self, keyed: bool) -> String {
+        let ext = &self.ext;
+        let id = self.watch_id;
+        let (keys, sources) = if keyed {
+            (
+                "k AS (SELECT DISTINCT e AS row_key FROM pg_catalog.jsonb_array_elements($1) e), "
+                    .to_string(),
+                format!(
+                    "SELECT s.* FROM k JOIN {ext}.indexnow_sources s \
+                       ON s.watch_id = {id} AND s.row_key = k.row_key"
+                ),
+            )
+        } else {
+            (
+                String::new(),
+                format!("SELECT s.* FROM {ext}.indexnow_sources s WHERE s.watch_id = {id}"),
+            )
+        };
+        let removals = removal_list();
+        let hidden = quote_literal(self.hidden_reason.as_str());
+        format!(
+            "WITH {keys}d AS ({rows}), {current}, \
+             p AS ({sources}), \
+             pr AS ( \
+               SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, \
+                      coalesce(c.vis, false) AS vis, \
+                      c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
+                      c.fp AS new_fp, c.pub_at AS new_pub_at, \
+                      p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, \
+                      p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since \
+                 FROM c FULL JOIN p ON p.row_key = c.row_key), \
+             ch AS ( \
+               SELECT * FROM pr WHERE new_hash IS NOT NULL \
+                  AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp \
+                       OR old_pub_at IS DISTINCT FROM new_pub_at)), \
+             live AS ( \
+               SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, \
+                      ch.new_host AS host, \
+                      CASE WHEN {known_live} THEN 'changed' ELSE 'created' END AS reason, \
+                      greatest(ch.new_pub_at, now()) AS available_at \
+                 FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
+                ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
+             given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
+             gone AS ( \
+               SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, \
+                      pr.old_host AS host, u.request_seq, \
+                      CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' \
+                           ELSE {hidden} END AS reason, \
+                      ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) \
+                        OR coalesce(u.claimed_until > now(), false) AS announced \
+                 FROM pr JOIN {ext}.indexnow_urls u ON u.url_hash = pr.old_hash \
+                WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash \
+                  AND NOT EXISTS (SELECT FROM given g WHERE g.new_hash = pr.old_hash) \
+                  AND NOT EXISTS ( \
+                        SELECT FROM {ext}.indexnow_sources s \
+                         WHERE s.url_hash = pr.old_hash \
+                           AND (s.watch_id <> {id} OR s.row_key NOT IN (SELECT row_key FROM pr))) \
+                ORDER BY pr.old_hash, pr.present), \
+             q AS ( \
+               INSERT INTO {ext}.indexnow_urls AS u \
+                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
+               SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, {id} \
+                 FROM (SELECT url, url_hash, host, reason, available_at FROM live \
+                       UNION ALL \
+                       SELECT url, url_hash, host, reason, now() FROM gone WHERE announced) e \
+               {ON_CONFLICT_SQL} \
+               RETURNING u.reason), \
+             cancelled AS ( \
+               UPDATE {ext}.indexnow_urls u SET settled_seq = u.request_seq, reason = g.reason \
+                 FROM gone g \
+                WHERE NOT g.announced AND u.url_hash = g.url_hash \
+                  AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq \
+                  AND u.watch_id IS NOT NULL \
+               RETURNING 1), \
+             kept AS ( \
+               INSERT INTO {ext}.indexnow_sources AS s \
+                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
+               SELECT {id}, row_key, new_hash, new_url, new_host, new_fp, new_pub_at, \
+                      CASE WHEN old_hash = new_hash THEN since ELSE now() END \
+                 FROM ch \
+               ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
+                  url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
+                  publish_at = excluded.publish_at, since = excluded.since \
+               RETURNING 1), \
+             dropped AS ( \
+               DELETE FROM {ext}.indexnow_sources s USING pr \
+                WHERE s.watch_id = {id} AND s.row_key = pr.row_key \
+                  AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL \
+               RETURNING 1) \
+             SELECT (SELECT count(*) FROM q WHERE reason = 'created'), \
+                    (SELECT count(*) FROM q WHERE reason = 'changed'), \
+                    (SELECT count(*) FROM q WHERE reason IN ({removals})), \
+                    (SELECT count(*) FROM c WHERE problem IS NOT NULL), \
+                    (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ') \
+                       FROM (SELECT row_key, problem FROM c WHERE problem IS NOT NULL \
+                              ORDER BY row_key LIMIT 3) x), \
+                    (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM kept) \
+                      + (SELECT count(*) FROM dropped)",
+            rows = self.rows(keyed),
+            current = self.current(),
+            known_live = known_live("u"),
+        )
+    }
+
+    fn baseline(&self) -> String {
+        let ext = &self.ext;
+        let id = self.watch_id;
+        format!(
+            "WITH d AS ({rows}), {current}, \
+             pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL), \
+             kept AS ( \
+               INSERT INTO {ext}.indexnow_sources \
+                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
+               SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
+                      CASE WHEN pub_at > now() THEN now() ELSE '-infinity' END FROM pub \
+               ON CONFLICT (watch_id, row_key) DO NOTHING), \
+             urls AS ( \
+               SELECT DISTINCT ON (url_hash) url, url_hash, host, pub_at > now() AS scheduled, \
+                      greatest(pub_at, now()) AS available_at \
+                 FROM pub ORDER BY url_hash, pub_at > now()) \
+             INSERT INTO {ext}.indexnow_urls AS u \
+               (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
+                request_seq, settled_seq, settled_reason) \
+             SELECT url, url_hash, host, 'created', now(), now(), available_at, {id}, 1, \
+                    CASE WHEN scheduled THEN 0 ELSE 1 END, \
+                    CASE WHEN scheduled THEN NULL ELSE 'created' END \
+               FROM urls \
+             ON CONFLICT (url_hash) DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id)",
+            rows = self.rows(false),
+            current = self.current(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::template;
+
+    fn definition() -> WatchDefinition {
+        WatchDefinition {
+            watch_id: 7,
+            ext: "\"public\"".into(),
+            table: "\"public\".\"pages\"".into(),
+            key: vec![("id".into(), "integer".into())],
+            public: vec!["id".into(), "slug".into(), "body".into()],
+            url: UrlSource::Template(template::parse("https://www.example.com/th/{slug}").unwrap()),
+            visible: Some("status = 'published'".into()),
+            publish_at: Some(PublishAt {
+                column: "published_at".into(),
+                kind: TimeKind::WithoutZone,
+                time_zone: "Asia/Bangkok".into(),
+            }),
+            hidden_reason: Reason::Unpublished,
+        }
+    }
+
+    #[test]
+    fn statements_name_columns_and_the_watch() {
+        let s = definition().statements();
+        assert!(s.derive_keys.contains(
+            "'https://www.example.com/th/' || \"public\".indexnow_url_part(r.\"slug\"::text)"
+        ));
+        assert!(s.derive_keys.contains(
+            "pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r.\"id\", \
+             'slug', r.\"slug\", 'body', r.\"body\"))::text)"
+        ));
+        assert!(s
+            .derive_keys
+            .contains("r.\"id\" = (k.row_key ->> 0)::integer"));
+        assert!(s
+            .derive_keys
+            .contains("coalesce((status = 'published'), false) AS vis"));
+        assert!(s
+            .derive_keys
+            .contains("(r.\"published_at\" AT TIME ZONE 'Asia/Bangkok') AS pub_at"));
+        assert!(s.derive_all.contains("FROM \"public\".\"pages\" r"));
+        assert!(!s.derive_all.contains("jsonb_array_elements"));
+        for sql in [&s.derive_keys, &s.derive_all] {
+            assert!(sql.contains("'unpublished'"));
+            assert!(sql.contains("ON CONFLICT (url_hash)"));
+            assert!(sql.contains("s.watch_id = 7"));
+        }
+        assert!(s.baseline.contains("'-infinity'"));
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        let mut d = definition();
+        d.url = UrlSource::Template(template::parse("https://x.com/o'neil/{slug}").unwrap());
+        assert!(d.statements().derive_keys.contains("'https://x.com/o''neil/'"));
+    }
+
+    #[test]
+    fn change_sets_name_the_key_and_are_chunked() {
+        let sql = record_change_set("\"x\"", &["a".into(), "b".into()], &["indexnow_new"]);
+        assert!(sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r"));
+        assert!(sql.contains(&format!("/ {CHANGE_SET_KEYS} AS chunk")));
+        let both = event_keys(&["id".into()], &["indexnow_new", "indexnow_old"]);
+        assert!(both.contains("UNION ALL SELECT"));
+    }
+}
