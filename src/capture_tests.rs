@@ -34,7 +34,8 @@ fn pushed() {
     derive();
     run(
         "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now(), pushed_changed_at = changed_at WHERE request_seq > settled_seq",
+           last_pushed_at = clock_timestamp(), pushed_changed_at = changed_at \
+         WHERE request_seq > settled_seq",
     );
 }
 
@@ -321,7 +322,7 @@ fn scheduled_rescheduled_and_cancelled() {
 fn a_rescheduled_page_search_engines_knew_is_removed_when_cancelled() {
     site();
     publish("known");
-    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, last_pushed_at = now()");
+    pushed();
     run("UPDATE pages SET published_at = now() + interval '1 day'");
     run("UPDATE pages SET status = 'draft'");
     assert_eq!(pending(), "https://www.example.com/th/known unpublished");
@@ -621,7 +622,10 @@ fn an_insert_then_rename_in_one_transaction_announces_only_the_final_url() {
 fn a_broken_watch_watched_again_catches_up_on_what_changed_meanwhile() {
     run("CREATE TABLE items (id int PRIMARY KEY, slug text, body text, hidden boolean)");
     run("INSERT INTO items VALUES (1, 'a', 'A', false), (2, 'b', 'B', false), (3, 'c', 'C', false)");
-    run("SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}', visible => 'NOT hidden')");
+    run(
+        "SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}', \
+           visible => 'NOT hidden', ignore => '{hidden}')",
+    );
     run("UPDATE items SET body = body || '!' WHERE id = 3");
     pushed();
     // The watch breaks: the column its visible names is gone. Writes go on, with a WARNING each.
@@ -737,7 +741,7 @@ fn watches_that_cannot_work_are_refused() {
         ("SELECT indexnow_watch('pages', url_sql => 'n')", "url_sql must be a text expression over public.pages; \"n\" is integer"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'count(*) > 0')", "aggregate functions are not allowed"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'row_number() over () = 1')", "window functions are not allowed"),
-        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'live) OR (true')", "visible is not a valid SQL expression"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'live)) FROM pages; SELECT ((true')", "visible is not a valid SQL expression"),
         ("SELECT indexnow_watch('pages', url => 'https://localhost/{slug}')", "does not make a URL that can be submitted"),
         ("SELECT indexnow_watch('pages', url => 'www.example.com/{slug}')", "must start with https:// or http://"),
         ("SELECT indexnow_watch('indexnow_urls', url => 'https://x.com/{url}')", "is one of indexnow's own tables"),

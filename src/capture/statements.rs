@@ -19,7 +19,7 @@
 //! - A live request is `changed` when search engines were last told the URL is live, else
 //!   `created`; a scheduled one waits for its publication time (`available_at`).
 //! - A removal is sent only when search engines were told of the URL while this row gave it (its
-//!   last push is later than the source's `since`), or a push of it is in flight. Otherwise the URL
+//!   last push is later than the source's `since`, a clock time), or a push of it is in flight. Otherwise the URL
 //!   was never public as far as they know: its pending request is cancelled (settled unsent). An
 //!   ORM's insert-then-rename, a draft, a scheduled post cancelled before its time announce
 //!   nothing.
@@ -346,7 +346,7 @@ impl WatchDefinition {
                INSERT INTO {ext}.indexnow_sources AS s \
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
                SELECT {id}, row_key, new_hash, new_url, new_host, new_fp, new_pub_at, \
-                      CASE WHEN old_hash = new_hash THEN since ELSE now() END \
+                      CASE WHEN old_hash = new_hash THEN since ELSE clock_timestamp() END \
                  FROM ch \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
                   url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
@@ -382,7 +382,7 @@ impl WatchDefinition {
                INSERT INTO {ext}.indexnow_sources \
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
                SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
-                      CASE WHEN pub_at > now() THEN now() ELSE '-infinity' END FROM pub \
+                      CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END FROM pub \
                ON CONFLICT (watch_id, row_key) DO NOTHING), \
              urls AS ( \
                SELECT DISTINCT ON (url_hash) url, url_hash, host, pub_at > now() AS scheduled, \

@@ -1,6 +1,8 @@
 //! Capture on a real cluster: what needs commits, real client programs, or DROP EXTENSION.
 
-use indexnow_e2e::{count, Cluster, Options};
+use indexnow_e2e::{count, wait_until, Cluster, Options};
+
+const SECONDS: fn(u64) -> std::time::Duration = std::time::Duration::from_secs;
 use postgres::Client;
 
 fn site(cluster: &Cluster) -> Client {
@@ -40,6 +42,10 @@ fn copy_through_psql_is_caught() {
             csv.display()
         ),
     );
+    // 500 rows are a bulk statement: recorded at write time, derived after the commit. A reader
+    // (indexnow_status()) derives what is waiting before it counts.
+    let pending = count(&mut db, "SELECT sum(pending)::bigint FROM indexnow_status()");
+    assert_eq!(pending, 500);
     let n = count(
         &mut db,
         "SELECT count(*) FROM indexnow_urls WHERE reason = 'created'",
@@ -54,8 +60,11 @@ fn a_rolled_back_update_queues_nothing() {
     let mut other = cluster.connect("site");
     db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
         .unwrap();
-    db.batch_execute("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason")
-        .unwrap();
+    db.batch_execute(
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now()",
+    )
+    .unwrap();
     let mut tx = db.transaction().unwrap();
     tx.batch_execute("UPDATE pages SET slug = 'b', body = 'x'")
         .unwrap();
@@ -77,12 +86,15 @@ fn a_url_that_cannot_be_built_warns_and_the_statement_succeeds() {
              ('http://x', 'draft')",
     );
     assert!(out.contains("INSERT 0 3"), "{out}");
+    // One WARNING for the statement, naming the row.
     assert!(
         out.contains(
-            "WARNING:  indexnow: skipped row (id)=(1) of public.pages: its URL could not be built"
+            "WARNING:  indexnow: 1 row of public.pages skipped for https://www.example.com/th/{slug} \
+             ([1]: its URL could not be built"
         ),
         "{out}"
     );
+    assert_eq!(out.matches("WARNING:").count(), 1, "{out}");
 }
 
 #[test]
@@ -97,10 +109,12 @@ fn a_failing_watch_warns_and_the_write_succeeds() {
     let out = cluster.psql("site", "INSERT INTO items VALUES (1, 0)");
     assert!(out.contains("INSERT 0 1"), "{out}");
     assert!(
-        out.contains("WARNING:  indexnow: INSERT on public.items was not captured"),
+        out.contains("WARNING:  indexnow: 1 row of public.items skipped for"),
         "{out}"
     );
-    assert!(out.contains("division by zero"), "{out}");
+    assert!(out.contains("[1]: division by zero"), "{out}");
+    // The generated SQL is not repeated in the message.
+    assert!(!out.contains("WITH k AS"), "{out}");
     assert!(
         out.contains("HINT:  The write itself succeeded. Fix the watch with indexnow_watch()"),
         "{out}"
@@ -149,8 +163,12 @@ fn unwatch_then_drop_extension_leaves_a_clean_table() {
 fn pg_dump_and_restore_keep_the_watch_working() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
-    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
-        .unwrap();
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) VALUES ('a', 'published'); \
+         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now();",
+    )
+    .unwrap();
     let mut restored = cluster.dump_and_restore("site", "restored");
     restored
         .batch_execute("UPDATE pages SET slug = 'b'")
@@ -159,7 +177,77 @@ fn pg_dump_and_restore_keep_the_watch_working() {
         queued(&mut restored),
         vec![
             "https://www.example.com/th/a moved",
-            "https://www.example.com/th/b changed"
+            "https://www.example.com/th/b created"
         ]
     );
+}
+
+#[test]
+fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) VALUES ('a', 'published'); \
+         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now();",
+    )
+    .unwrap();
+    let mut writer = cluster.connect("site");
+    let mut tx = writer
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .unwrap();
+    tx.batch_execute("SELECT count(*) FROM pages").unwrap(); // the snapshot is taken
+    // A sender updates the URL's queue row after that snapshot (a lease, a settle).
+    db.batch_execute("UPDATE indexnow_urls SET claimed_until = NULL")
+        .unwrap();
+    // The save at REPEATABLE READ is recorded, not derived (an upsert of that row would fail with
+    // a serialization error: the capture was a WARNING and the edit was never sent).
+    tx.batch_execute("UPDATE pages SET body = 'edited' WHERE slug = 'a'")
+        .unwrap();
+    tx.commit().unwrap();
+    count(&mut db, "SELECT count(*) FROM indexnow_status()");
+    assert_eq!(queued(&mut db), vec!["https://www.example.com/th/a changed"]);
+}
+
+#[test]
+fn sigkill_mid_derivation_loses_nothing() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    // 200,000 rows: twenty change sets, which the worker derives one transaction each.
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) SELECT 'p' || g, 'published' FROM generate_series(1, 200000) g",
+    )
+    .unwrap();
+    wait_until("the worker is deriving", SECONDS(60), || {
+        let left = count(&mut db, "SELECT count(*) FROM indexnow_changes");
+        left > 0 && left < 20
+    });
+    let pid: i32 = db
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    drop(db);
+    // The postmaster restarts every process; the worker derives what is left.
+    let mut db = loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if let Ok(c) = postgres::Client::connect(&cluster.conninfo("site"), postgres::NoTls) {
+            break c;
+        }
+    };
+    wait_until("every change set is derived", SECONDS(120), || {
+        count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
+    });
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 200_000);
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_sources"), 200_000);
+    assert!(cluster.log().contains("was terminated by signal 9"));
 }
