@@ -87,6 +87,17 @@ CREATE TABLE indexnow_watches (
 );
 CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) WHERE active;
 
+-- Tables a watch reads besides its own (a translation row's parent page, a page's category),
+-- declared with indexnow_watch(related => ...): a write to one re-derives the watched rows that
+-- reference the written rows, found through foreign keys. `dependents` is the query from the
+-- written rows' keys to the watched rows' keys (see src/capture/related.rs).
+CREATE TABLE indexnow_relations (
+    watch_id   integer NOT NULL REFERENCES indexnow_watches ON DELETE CASCADE,
+    tbl        regclass NOT NULL,                   -- the related table
+    dependents text NOT NULL,
+    PRIMARY KEY (watch_id, tbl)
+);
+
 -- Change sets: which rows of a watched table a statement wrote, recorded by the capture trigger
 -- when it does not derive them at once (a bulk statement, a writer at REPEATABLE READ or
 -- SERIALIZABLE), and derived after commit by the workers or by any reader that must see them
@@ -151,3 +162,4 @@ SELECT pg_catalog.pg_extension_config_dump('indexnow_backoff', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_watches', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_changes', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_sources', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_relations', '');

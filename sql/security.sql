@@ -8,12 +8,12 @@
 -- runs SQL pins search_path to this schema, so no caller can slip its own objects in.
 
 REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches,
-    indexnow_changes, indexnow_sources FROM PUBLIC;
+    indexnow_changes, indexnow_sources, indexnow_relations FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION indexnow_add_host(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;

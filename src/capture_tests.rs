@@ -764,3 +764,97 @@ fn a_bulk_statement_is_recorded_and_every_reader_derives_it() {
     run("UPDATE pages SET body = 'x' WHERE slug = 'p1'");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
+
+/// The usual CMS shape: articles with translations, in categories; the watch is on the
+/// translations and reads its visibility, publication time and URL parts from the parents.
+fn translated_site() {
+    run("CREATE TABLE categories (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE articles (id int PRIMARY KEY, published boolean NOT NULL, \
+           published_at timestamptz, category_id int NOT NULL REFERENCES categories)",
+    );
+    run(
+        "CREATE TABLE article_translations (article_id int REFERENCES articles ON DELETE CASCADE, \
+           lang text, slug text NOT NULL, title text, PRIMARY KEY (article_id, lang))",
+    );
+    run(
+        "SELECT indexnow_watch('article_translations', \
+           url_sql => $$'https://www.example.com/' || lang || '/' || \
+             (SELECT c.slug FROM articles a JOIN categories c ON c.id = a.category_id \
+               WHERE a.id = article_id) || '/' || slug$$, \
+           visible => $$(SELECT a.published FROM articles a WHERE a.id = article_id)$$, \
+           publish_at => $$(SELECT a.published_at FROM articles a WHERE a.id = article_id)$$, \
+           related => '{articles,categories}')",
+    );
+    run("INSERT INTO categories VALUES (1, 'news'), (2, 'sport')");
+    run("INSERT INTO articles VALUES (1, true, NULL, 1), (2, true, NULL, 1), (3, true, NULL, 2)");
+    run(
+        "INSERT INTO article_translations VALUES (1, 'th', 'a1', 'T'), (1, 'en', 'a1', 'T'), \
+           (2, 'en', 'a2', 'T'), (3, 'en', 'a3', 'T')",
+    );
+}
+
+#[pg_test]
+fn a_parent_change_re_derives_exactly_its_translations() {
+    translated_site();
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/news/a1 created\nhttps://www.example.com/en/news/a2 created\n\
+         https://www.example.com/en/sport/a3 created\nhttps://www.example.com/th/news/a1 created"
+    );
+    pushed();
+    // Unpublishing the parent removes its translations' URLs, and only those.
+    run("UPDATE articles SET published = false WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/news/a1 unpublished\nhttps://www.example.com/th/news/a1 unpublished"
+    );
+    pushed();
+    // Deleting a parent (ON DELETE CASCADE) removes its translations' URLs.
+    run("DELETE FROM articles WHERE id = 2");
+    assert_eq!(pending(), "https://www.example.com/en/news/a2 deleted");
+    pushed();
+    // A category's new slug moves its articles' URLs.
+    run("UPDATE categories SET slug = 'football' WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/football/a3 created\nhttps://www.example.com/en/sport/a3 moved"
+    );
+    pushed();
+    // A parent save that changes nothing its translations show queues nothing.
+    run("UPDATE articles SET category_id = category_id");
+    assert_eq!(pending(), "");
+}
+
+#[pg_test]
+fn a_parent_schedules_and_reschedules_its_translations() {
+    translated_site();
+    pushed();
+    run("INSERT INTO articles VALUES (4, true, now() + interval '1 day', 1)");
+    run("INSERT INTO article_translations VALUES (4, 'en', 'soon', 'T')");
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/soon' AND available_at = now() + interval '1 day'"),
+        1
+    );
+    run("UPDATE articles SET published_at = now() + interval '2 days' WHERE id = 4");
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/soon' AND available_at = now() + interval '2 days'"),
+        1
+    );
+    // Cancelled before its time: never announced.
+    run("UPDATE articles SET published = false WHERE id = 4");
+    assert_eq!(pending(), "");
+}
+
+#[pg_test]
+fn a_related_table_must_be_reachable_by_foreign_keys() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text)");
+    run("CREATE TABLE elsewhere (id int PRIMARY KEY)");
+    assert_refused(
+        &[
+            ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', related => '{elsewhere}')", "related table public.elsewhere is not reachable from public.pages through foreign keys"),
+            ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', related => '{nowhere}')", "related table \"nowhere\" does not exist"),
+        ],
+        None,
+    );
+}

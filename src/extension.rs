@@ -14,6 +14,7 @@ pub fn schema() -> String {
     )
     .unwrap_or_else(|e| error!("indexnow: finding the extension's schema: {e}"));
     quote_ident(
-        &name.unwrap_or_else(|| error!("indexnow: the extension is not installed in this database")),
+        &name
+            .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database")),
     )
 }

@@ -241,7 +241,15 @@ pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> (Derived, bool) {
                         Rows::Keyed(_) => vec![],
                         Rows::All => all_keys(watch),
                     };
-                    bisect(watch, &keys, absent, message, &mut derived, &mut wrote, &mut skipped);
+                    bisect(
+                        watch,
+                        &keys,
+                        absent,
+                        message,
+                        &mut derived,
+                        &mut wrote,
+                        &mut skipped,
+                    );
                 }
             }
         }
@@ -309,8 +317,12 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
         table = watch.table,
         ext = watch.ext,
     );
-    let keys: Option<JsonB> = Spi::connect(|client| kept::read(client, &sql, &[watch.id.into()])?.first().get_one())
-        .unwrap_or_else(|e| error!("indexnow: reading the keys of {}: {e}", watch.table));
+    let keys: Option<JsonB> = Spi::connect(|client| {
+        kept::read(client, &sql, &[watch.id.into()])?
+            .first()
+            .get_one()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the keys of {}: {e}", watch.table));
     match keys {
         Some(JsonB(Value::Array(keys))) => keys,
         _ => vec![],
@@ -358,6 +370,10 @@ pub enum Waiting {
 /// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
 /// it) and deletes it. False when there was none.
 pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
+    // A read first: an idle worker's pass takes no transaction id.
+    if !change_sets_waiting(ext) {
+        return false;
+    }
     let lock = match waiting {
         Waiting::Skip => "FOR UPDATE SKIP LOCKED",
         Waiting::Wait => "FOR UPDATE",

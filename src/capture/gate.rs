@@ -24,6 +24,7 @@
 //! position, so in practice the first changed row is found where it is.)
 
 use super::derive::{self, Rows, Watch};
+use super::related;
 use super::statements::{event_keys, record_change_set};
 use crate::queue::Reason;
 use crate::{kept, worker};
@@ -75,8 +76,9 @@ fn indexnow_capture<'a>(
     let data = trigger.trigger_data();
     let ext = crate::extension::schema();
     // SAFETY: a trigger's relation is open for the duration of the call.
-    let (relid, key) = unsafe { ((*data.tg_relation).rd_id, key_names(data.tg_relation)) };
+    let relid = unsafe { (*data.tg_relation).rd_id };
     let mut watches = derive::watches_of(&ext, relid);
+    let relations = related::of_table(&ext, relid);
     let event = Event::of(data);
     // SAFETY: the transition tables, when there are any, belong to this trigger call.
     let rows = unsafe {
@@ -87,66 +89,37 @@ fn indexnow_capture<'a>(
             .max()
             .unwrap_or(0)
     };
-    if watches.is_empty() || (event != Event::Truncate && rows == 0) {
+    if (watches.is_empty() && relations.is_empty()) || (event != Event::Truncate && rows == 0) {
         return Ok(None);
     }
     let mut key_changed = false;
+    let mut any_changed = true;
     if event == Event::Update {
-        let (changed, key) = changed(data, &watches);
+        // The watches' own columns, and every column for the watches that read this table.
+        let mut ignores: Vec<&[String]> = watches.iter().map(|w| w.ignore.as_slice()).collect();
+        ignores.push(&[]);
+        let (mut changed, key) = changed(data, &ignores);
         key_changed = key;
+        any_changed = changed.pop().unwrap_or(true);
         let mut each = changed.iter();
         watches.retain(|_| *each.next().expect("one flag per watch"));
-        if watches.is_empty() {
-            return Ok(None);
-        }
     }
-    let sources: &[&str] = match event {
-        Event::Insert => &["indexnow_new"],
-        Event::Delete => &["indexnow_old"],
-        Event::Update if key_changed => &["indexnow_new", "indexnow_old"],
-        Event::Update => &["indexnow_new"],
-        Event::Truncate => &[],
-    };
     // SAFETY: a plain read of this backend's isolation level.
     let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
-    let in_statement =
-        event != Event::Truncate && rows <= DERIVE_IN_STATEMENT_ROWS && read_committed;
-    let ids: Option<Vec<i32>> = (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
-    let keys = Spi::connect_mut(|client| {
-        // The transition tables become visible to the statements as indexnow_old and indexnow_new.
-        // SAFETY: the trigger data outlives this connection.
-        let registered =
-            unsafe { pg_sys::SPI_register_trigger_data(std::ptr::from_ref(data).cast_mut()) };
-        if registered < 0 {
-            error!("indexnow: could not register the transition tables ({registered})");
-        }
-        if in_statement {
-            let keys: Option<JsonB> = kept::write(client, &event_keys(&key, sources), &[])?
-                .first()
-                .get_one()?;
-            return Ok::<_, pgrx::spi::Error>(keys);
-        }
-        if event == Event::Truncate {
-            kept::write(
-                client,
-                &format!("INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, $2, NULL)"),
-                &[relid.into(), ids.clone().into()],
-            )?;
-        } else {
-            let sql = record_change_set(&ext, &key, sources);
-            if rows <= DERIVE_IN_STATEMENT_ROWS {
-                kept::write(client, &sql, &[relid.into(), ids.clone().into()])?;
-            } else {
-                client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
-            }
-        }
-        Ok(None)
-    })
-    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
-    if let Some(JsonB(keys)) = keys {
-        for watch in &watches {
-            derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted);
-        }
+    if !watches.is_empty() {
+        capture_own_rows(
+            data,
+            &ext,
+            relid,
+            &watches,
+            event,
+            rows,
+            key_changed,
+            read_committed,
+        );
+    }
+    if !relations.is_empty() && any_changed && event != Event::Truncate {
+        capture_dependents(data, &ext, &relations, event, read_committed);
     }
     crate::queue::note_own_request();
     // The workers look at the queue (or derive the change set) when, and if, this transaction
@@ -155,20 +128,158 @@ fn indexnow_capture<'a>(
     Ok(None)
 }
 
+/// Runs `f` in an SPI connection where the trigger's transition tables are visible as
+/// `indexnow_old` and `indexnow_new`.
+fn with_transition_tables<R>(
+    data: &pg_sys::TriggerData,
+    f: impl FnOnce(&mut pgrx::spi::SpiClient<'_>) -> Result<R, pgrx::spi::Error>,
+) -> R {
+    Spi::connect_mut(|client| {
+        // SAFETY: the trigger data outlives this connection.
+        let registered =
+            unsafe { pg_sys::SPI_register_trigger_data(std::ptr::from_ref(data).cast_mut()) };
+        if registered < 0 {
+            error!("indexnow: could not register the transition tables ({registered})");
+        }
+        f(client)
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"))
+}
+
+/// The rows of the written table itself: derived at once when the event is small and the writer
+/// at READ COMMITTED, else recorded as a change set.
+#[allow(clippy::too_many_arguments)]
+fn capture_own_rows(
+    data: &pg_sys::TriggerData,
+    ext: &str,
+    relid: pg_sys::Oid,
+    watches: &[Watch],
+    event: Event,
+    rows: i64,
+    key_changed: bool,
+    read_committed: bool,
+) {
+    // SAFETY: a trigger's relation is open for the duration of the call.
+    let key = unsafe { key_names(data.tg_relation) };
+    let sources: &[&str] = match event {
+        Event::Insert => &["indexnow_new"],
+        Event::Delete => &["indexnow_old"],
+        Event::Update if key_changed => &["indexnow_new", "indexnow_old"],
+        Event::Update => &["indexnow_new"],
+        Event::Truncate => &[],
+    };
+    let in_statement =
+        event != Event::Truncate && rows <= DERIVE_IN_STATEMENT_ROWS && read_committed;
+    let ids: Option<Vec<i32>> =
+        (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
+    let keys = with_transition_tables(data, |client| {
+        if in_statement {
+            return kept::write(client, &event_keys(&key, sources), &[])?
+                .first()
+                .get_one::<JsonB>();
+        }
+        if event == Event::Truncate {
+            kept::write(
+                client,
+                &format!(
+                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, $2, NULL)"
+                ),
+                &[relid.into(), ids.clone().into()],
+            )?;
+        } else {
+            let sql = record_change_set(ext, &key, sources);
+            if rows <= DERIVE_IN_STATEMENT_ROWS {
+                kept::write(client, &sql, &[relid.into(), ids.clone().into()])?;
+            } else {
+                client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
+            }
+        }
+        Ok(None)
+    });
+    if let Some(JsonB(keys)) = keys {
+        for watch in watches {
+            derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted);
+        }
+    }
+}
+
+/// The watched rows that read the written rows (`super::related`): found through foreign keys,
+/// then derived or recorded as the watched table's own writes are.
+fn capture_dependents(
+    data: &pg_sys::TriggerData,
+    ext: &str,
+    relations: &[related::Dependents],
+    event: Event,
+    read_committed: bool,
+) {
+    let sources: &[&str] = match event {
+        Event::Insert => &["indexnow_new"],
+        Event::Delete => &["indexnow_old"],
+        _ => &["indexnow_new", "indexnow_old"],
+    };
+    let changed = related::changed_rows(sources);
+    let found: Vec<(i32, Option<JsonB>)> = with_transition_tables(data, |client| {
+        let mut found = vec![];
+        for r in relations {
+            let sql = format!(
+                "SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
+                r.dependents.replace(related::CHANGED, &changed)
+            );
+            found.push((
+                r.watch_id,
+                client
+                    .update(sql.as_str(), None, &[])?
+                    .first()
+                    .get_one::<JsonB>()?,
+            ));
+        }
+        Ok(found)
+    });
+    for (watch_id, keys) in found {
+        let Some(JsonB(keys)) = keys else { continue };
+        let n = keys.as_array().map_or(0, Vec::len) as i64;
+        let Some(watch) = derive::watches_by_id(ext, vec![watch_id]).pop() else {
+            continue;
+        };
+        if read_committed && n <= DERIVE_IN_STATEMENT_ROWS {
+            derive::derive(&watch, Rows::Keyed(keys), Reason::Deleted);
+        } else {
+            let sql = format!(
+                "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+                 SELECT $1::pg_catalog.regclass::pg_catalog.oid, ARRAY[$2], pg_catalog.jsonb_agg(e) \
+                   FROM pg_catalog.jsonb_array_elements($3) WITH ORDINALITY AS a(e, n) \
+                  GROUP BY (n - 1) / {}",
+                super::statements::CHANGE_SET_KEYS
+            );
+            Spi::run_with_args(
+                &sql,
+                &[
+                    watch.table.as_str().into(),
+                    watch.id.into(),
+                    JsonB(keys).into(),
+                ],
+            )
+            .unwrap_or_else(|e| {
+                error!("indexnow: could not record the rows this statement changed: {e}")
+            });
+        }
+    }
+}
+
 /// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
 /// key and every column the watch does not ignore (columns added to the table after the watch are
 /// compared too: comparing more than the watch's statement does only makes it derive); and
 /// whether some row's key changed (then the old keys are derived too: their rows are gone).
-fn changed(data: &pg_sys::TriggerData, watches: &[Watch]) -> (Vec<bool>, bool) {
+fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, bool) {
     let relation = data.tg_relation;
     // SAFETY: the descriptor and the key's attribute set belong to the open relation.
     let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let mut compared: Vec<Vec<i16>> = watches
+    let mut compared: Vec<Vec<i16>> = ignores
         .iter()
-        .map(|watch| {
+        .map(|ignore| {
             attributes
                 .iter()
-                .filter(|(att, name)| key.contains(att) || !watch.ignore.contains(name))
+                .filter(|(att, name)| key.contains(att) || !ignore.contains(name))
                 .map(|(att, _)| *att)
                 .collect()
         })

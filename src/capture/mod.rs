@@ -18,6 +18,7 @@
 pub mod derive;
 pub mod fingerprint;
 pub mod gate;
+pub mod related;
 pub mod statements;
 pub mod template;
 pub mod watch;

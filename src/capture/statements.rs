@@ -60,9 +60,11 @@ pub enum UrlSource {
     Sql(String),
 }
 
-/// The publication-time column and how to read it as a point in time.
+/// The publication time (a column, or an expression over the row such as a parent's column) and
+/// how to read it as a point in time.
 pub struct PublishAt {
-    pub column: String,
+    /// SQL over the row `r`: `r."published_at"`, or `(expression)`.
+    pub sql: String,
     pub kind: TimeKind,
     /// The watcher's `TimeZone`, for a column without time zone.
     pub time_zone: String,
@@ -187,7 +189,7 @@ impl WatchDefinition {
         match &self.publish_at {
             None => "NULL::timestamptz".into(),
             Some(p) => {
-                let col = format!("r.{}", quote_ident(&p.column));
+                let col = p.sql.clone();
                 let zone = quote_literal(&p.time_zone);
                 match p.kind {
                     TimeKind::WithZone => col,
@@ -224,8 +226,9 @@ impl WatchDefinition {
     }
 
     /// Per row of the table: its key (jsonb), URL, visibility, publication time, fingerprint.
-    /// With `keyed`, only the rows whose keys are in `k` (locked, so a concurrent save of the row
-    /// is either seen or waits).
+    /// With `keyed`, only the rows whose keys are in `k`. No row lock is taken: a derivation never
+    /// makes a save wait (a row and its source are written in one transaction, so a snapshot sees
+    /// both or neither; see docs/design.md for the one interleaving that leaves a stale source).
     fn rows(&self, keyed: bool) -> String {
         let visible = match &self.visible {
             Some(v) => format!("coalesce(({v}), false)"),
@@ -244,15 +247,10 @@ impl WatchDefinition {
                 .key
                 .iter()
                 .enumerate()
-                .map(|(i, (k, ty))| {
-                    format!("r.{} = (k.row_key ->> {i})::{ty}", quote_ident(k))
-                })
+                .map(|(i, (k, ty))| format!("r.{} = (k.row_key ->> {i})::{ty}", quote_ident(k)))
                 .collect::<Vec<_>>()
                 .join(" AND ");
-            format!(
-                "{select} FROM k JOIN {table} r ON {on} FOR SHARE OF r",
-                table = self.table
-            )
+            format!("{select} FROM k JOIN {table} r ON {on}", table = self.table)
         } else {
             format!("{select} FROM {table} r", table = self.table)
         }
@@ -417,7 +415,7 @@ mod tests {
             url: UrlSource::Template(template::parse("https://www.example.com/th/{slug}").unwrap()),
             visible: Some("status = 'published'".into()),
             publish_at: Some(PublishAt {
-                column: "published_at".into(),
+                sql: "r.\"published_at\"".into(),
                 kind: TimeKind::WithoutZone,
                 time_zone: "Asia/Bangkok".into(),
             }),
@@ -460,13 +458,18 @@ mod tests {
         assert_eq!(quote_literal("it's"), "'it''s'");
         let mut d = definition();
         d.url = UrlSource::Template(template::parse("https://x.com/o'neil/{slug}").unwrap());
-        assert!(d.statements().derive_keys.contains("'https://x.com/o''neil/'"));
+        assert!(d
+            .statements()
+            .derive_keys
+            .contains("'https://x.com/o''neil/'"));
     }
 
     #[test]
     fn change_sets_name_the_key_and_are_chunked() {
         let sql = record_change_set("\"x\"", &["a".into(), "b".into()], &["indexnow_new"]);
-        assert!(sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r"));
+        assert!(
+            sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r")
+        );
         assert!(sql.contains(&format!("/ {CHANGE_SET_KEYS} AS chunk")));
         let both = event_keys(&["id".into()], &["indexnow_new", "indexnow_old"]);
         assert!(both.contains("UNION ALL SELECT"));

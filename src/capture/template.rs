@@ -152,7 +152,9 @@ mod tests {
         assert_eq!(problem("https://{host}/{slug}"), None);
         assert_eq!(problem("https://www.{sub}.example.com/{slug}"), None);
         assert!(problem("{host}/x").unwrap().contains("not with a column"));
-        assert!(problem("ftp://x.example.com/{slug}").unwrap().contains("https://"));
+        assert!(problem("ftp://x.example.com/{slug}")
+            .unwrap()
+            .contains("https://"));
         assert!(problem("/th/{slug}").unwrap().contains("https://"));
         assert!(problem("https://localhost/{slug}").is_some());
         assert!(problem("https://10.0.0.1/{slug}").is_some());

@@ -22,7 +22,8 @@
 //!   were told of them), and watching the same pattern again takes them back.
 
 use super::derive::{self, Rows};
-use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
+use super::related;
+use super::statements::{quote_ident, PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
 use crate::error::invalid_parameter;
 use crate::queue::{url_hash, Reason, UnknownReason};
@@ -148,7 +149,6 @@ fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
     .unwrap_or_default()
 }
 
-
 /// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
 /// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
 /// queued for their time); a pattern watched before is derived again, row by row, against what it
@@ -163,6 +163,7 @@ fn indexnow_watch(
     publish_at: default!(Option<&str>, "NULL"),
     hidden_reason: default!(&str, "'unpublished'"),
     url_sql: default!(Option<&str>, "NULL"),
+    related: default!(Option<Vec<String>>, "NULL"),
 ) {
     let ext = crate::extension::schema();
     let oid = tbl.oid();
@@ -235,32 +236,40 @@ fn indexnow_watch(
         Spi::get_one::<String>("SELECT pg_catalog.current_setting('TimeZone')"),
     )
     .unwrap_or_else(|| "UTC".into());
+    // publish_at names a column, or is an expression over the row (a parent's column).
     let publish = publish_at.map(|c| {
-        let ty = table
-            .columns
-            .iter()
-            .find(|(name, _)| name == c)
-            .map(|(_, ty)| *ty)
-            .unwrap_or_else(|| {
-                watch_error(format!(
-                    "publish_at names column \"{c}\", which {label} does not have"
-                ))
-            });
-        let kind = match ty {
-            pg_sys::TIMESTAMPTZOID => TimeKind::WithZone,
-            pg_sys::TIMESTAMPOID => TimeKind::WithoutZone,
-            pg_sys::DATEOID => TimeKind::Date,
+        let (sql, ty) = match table.columns.iter().find(|(name, _)| name == c) {
+            Some((_, ty)) => {
+                if ignore.iter().any(|i| i == c) {
+                    watch_error(format!(
+                        "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
+                    ));
+                }
+                let ty = match *ty {
+                    pg_sys::TIMESTAMPTZOID => "timestamp with time zone",
+                    pg_sys::TIMESTAMPOID => "timestamp without time zone",
+                    pg_sys::DATEOID => "date",
+                    _ => watch_error(format!(
+                        "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
+                    )),
+                };
+                (format!("r.{}", quote_ident(c)), ty.to_string())
+            }
+            None if c.chars().all(|ch| ch.is_alphanumeric() || ch == '_') => watch_error(format!(
+                "publish_at names column \"{c}\", which {label} does not have"
+            )),
+            None => (format!("({c})"), expression_type(&ext, &table, c, "publish_at")),
+        };
+        let kind = match ty.as_str() {
+            "timestamp with time zone" => TimeKind::WithZone,
+            "timestamp without time zone" => TimeKind::WithoutZone,
+            "date" => TimeKind::Date,
             _ => watch_error(format!(
-                "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
+                "publish_at must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
             )),
         };
-        if ignore.iter().any(|i| i == c) {
-            watch_error(format!(
-                "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
-            ));
-        }
         PublishAt {
-            column: c.to_string(),
+            sql,
             kind,
             time_zone: time_zone.clone(),
         }
@@ -300,17 +309,19 @@ fn indexnow_watch(
         ),
         &[table.qualified.as_str().into(), pattern.as_str().into()],
     );
-    let args = || -> Vec<pgrx::datum::DatumWithOid> { vec![
-        table.qualified.as_str().into(),
-        url.into(),
-        url_sql.into(),
-        visible.into(),
-        ignore.clone().into(),
-        publish_at.into(),
-        hidden_reason.as_str().into(),
-        search_path.as_str().into(),
-        time_zone.as_str().into(),
-    ] };
+    let args = || -> Vec<pgrx::datum::DatumWithOid> {
+        vec![
+            table.qualified.as_str().into(),
+            url.into(),
+            url_sql.into(),
+            visible.into(),
+            ignore.clone().into(),
+            publish_at.into(),
+            hidden_reason.as_str().into(),
+            search_path.as_str().into(),
+            time_zone.as_str().into(),
+        ]
+    };
     let watch_id: i32 = match previous {
         Some(id) => {
             let mut args = args();
@@ -344,6 +355,7 @@ fn indexnow_watch(
         )
         .unwrap(),
     };
+    let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
     let definition = WatchDefinition {
         watch_id,
         ext: ext.clone(),
@@ -371,16 +383,33 @@ fn indexnow_watch(
             ],
         ),
     );
-    for (name, event, referencing) in EVENTS {
+    let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
+        .unwrap_or_else(|e| watch_error(e));
+    spi(
+        "storing the watch's related tables",
+        Spi::run_with_args(
+            &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
+            &[watch_id.into()],
+        ),
+    );
+    for r in &relations {
         spi(
-            "installing the capture triggers",
-            Spi::run(&format!(
-                "CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {t} {referencing} \
-                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}.indexnow_capture()",
-                t = table.qualified
-            )),
+            "storing the watch's related tables",
+            Spi::run_with_args(
+                &format!(
+                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
+                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
+                ),
+                &[
+                    watch_id.into(),
+                    r.table.into(),
+                    r.dependents.as_str().into(),
+                ],
+            ),
         );
+        install_triggers(&ext, &table_qualified(r.table));
     }
+    install_triggers(&ext, &table.qualified);
     let watch = derive::Watch {
         id: watch_id,
         pattern,
@@ -433,24 +462,76 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    let remaining: i64 = spi(
-        "removing the watch",
-        Spi::get_one_with_args(
-            &format!("SELECT count(*) FROM {ext}.indexnow_watches WHERE tbl = $1 AND active"),
+    drop_unused_triggers(&ext, oid);
+    let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
+                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                      WHERE w.tbl = $1 AND NOT w.active"
+                ),
+                None,
+                &[oid.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the watch's related tables: {e}"));
+    for r in related {
+        drop_unused_triggers(&ext, r);
+    }
+}
+
+fn table_qualified(oid: pg_sys::Oid) -> String {
+    spi(
+        "naming a table",
+        Spi::get_one_with_args::<String>(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
             &[oid.into()],
         ),
     )
-    .unwrap_or(0);
-    if remaining == 0 {
-        for (name, _, _) in EVENTS {
-            spi(
-                "removing the capture triggers",
-                Spi::run(&format!(
-                    "DROP TRIGGER IF EXISTS {name} ON {}",
-                    table.qualified
-                )),
-            );
-        }
+    .unwrap_or_default()
+}
+
+/// The capture triggers on `table` (quoted, qualified): all call indexnow_capture().
+fn install_triggers(ext: &str, table: &str) {
+    for (name, event, referencing) in EVENTS {
+        spi(
+            "installing the capture triggers",
+            Spi::run(&format!(
+                "CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {table} {referencing} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}.indexnow_capture()"
+            )),
+        );
+    }
+}
+
+/// Drops the capture triggers of `table` when no active watch watches it or reads it.
+fn drop_unused_triggers(ext: &str, table: pg_sys::Oid) {
+    let used: bool = spi(
+        "removing the capture triggers",
+        Spi::get_one_with_args::<bool>(
+            &format!(
+                "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches WHERE tbl = $1 AND active) \
+                     OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                                 WHERE r.tbl = $1 AND w.active)"
+            ),
+            &[table.into()],
+        ),
+    )
+    .unwrap_or(true);
+    if used {
+        return;
+    }
+    let qualified = table_qualified(table);
+    for (name, _, _) in EVENTS {
+        spi(
+            "removing the capture triggers",
+            Spi::run(&format!("DROP TRIGGER IF EXISTS {name} ON {qualified}")),
+        );
     }
 }
 
@@ -537,7 +618,12 @@ fn indexnow_capture_target(
             Err(problem) => {
                 let shown: String = url.chars().take(200).collect();
                 let more = if shown.len() < url.len() { "..." } else { "" };
-                (None, None, None, Some(format!("cannot queue {shown:?}{more}: {problem}")))
+                (
+                    None,
+                    None,
+                    None,
+                    Some(format!("cannot queue {shown:?}{more}: {problem}")),
+                )
             }
         },
     };

@@ -31,11 +31,11 @@
 mod push_now;
 pub(crate) mod sql;
 
+use crate::capture::derive::{self, Rows};
 use crate::guc;
+use crate::kept;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
-use crate::capture::derive::{self, Rows};
-use crate::kept;
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
@@ -203,11 +203,16 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
         Session::Caller => {
             derive::derive_all_change_sets(&crate::extension::schema());
         }
-        Session::Worker { .. } => while !session.told_to_stop()
-            && session.step(|| {
-                derive::derive_one_change_set(&crate::extension::schema(), derive::Waiting::Skip)
-            })
-        {},
+        Session::Worker { .. } => {
+            while !session.told_to_stop()
+                && session.step(|| {
+                    derive::derive_one_change_set(
+                        &crate::extension::schema(),
+                        derive::Waiting::Skip,
+                    )
+                })
+            {}
+        }
     }
     if !settings.enabled {
         return vec![];
@@ -364,9 +369,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     args.push(settings.lease().into());
     let query = match session {
         Session::Worker { .. } => sql::claim_with_lease(),
-        Session::Caller => {
-            sql::claim_by_reading(crate::queue::own_requests_in_this_transaction())
-        }
+        Session::Caller => sql::claim_by_reading(crate::queue::own_requests_in_this_transaction()),
     };
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
@@ -426,7 +429,12 @@ fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed
     let sources: Vec<(i32, pgrx::JsonB)> = Spi::connect(|client| {
         client
             .select(&sql::sources_of(&ext), None, &[scheduled.clone().into()])?
-            .map(|r| Ok((r.get::<i32>(1)?.unwrap_or_default(), r.get::<pgrx::JsonB>(2)?.unwrap())))
+            .map(|r| {
+                Ok((
+                    r.get::<i32>(1)?.unwrap_or_default(),
+                    r.get::<pgrx::JsonB>(2)?.unwrap(),
+                ))
+            })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: could not find the rows of scheduled pages: {e}"));

@@ -44,7 +44,10 @@ fn copy_through_psql_is_caught() {
     );
     // 500 rows are a bulk statement: recorded at write time, derived after the commit. A reader
     // (indexnow_status()) derives what is waiting before it counts.
-    let pending = count(&mut db, "SELECT sum(pending)::bigint FROM indexnow_status()");
+    let pending = count(
+        &mut db,
+        "SELECT sum(pending)::bigint FROM indexnow_status()",
+    );
     assert_eq!(pending, 500);
     let n = count(
         &mut db,
@@ -163,10 +166,12 @@ fn unwatch_then_drop_extension_leaves_a_clean_table() {
 fn pg_dump_and_restore_keep_the_watch_working() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
+    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
+        .unwrap();
+    // As a push after the save would (another transaction: a later clock).
     db.batch_execute(
-        "INSERT INTO pages (slug, status) VALUES ('a', 'published'); \
-         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now();",
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now()",
     )
     .unwrap();
     let mut restored = cluster.dump_and_restore("site", "restored");
@@ -186,10 +191,12 @@ fn pg_dump_and_restore_keep_the_watch_working() {
 fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
+    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
+        .unwrap();
+    // As a push after the save would (another transaction: a later clock).
     db.batch_execute(
-        "INSERT INTO pages (slug, status) VALUES ('a', 'published'); \
-         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now();",
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now()",
     )
     .unwrap();
     let mut writer = cluster.connect("site");
@@ -199,7 +206,7 @@ fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
         .start()
         .unwrap();
     tx.batch_execute("SELECT count(*) FROM pages").unwrap(); // the snapshot is taken
-    // A sender updates the URL's queue row after that snapshot (a lease, a settle).
+                                                             // A sender updates the URL's queue row after that snapshot (a lease, a settle).
     db.batch_execute("UPDATE indexnow_urls SET claimed_until = NULL")
         .unwrap();
     // The save at REPEATABLE READ is recorded, not derived (an upsert of that row would fail with
@@ -208,7 +215,10 @@ fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
         .unwrap();
     tx.commit().unwrap();
     count(&mut db, "SELECT count(*) FROM indexnow_status()");
-    assert_eq!(queued(&mut db), vec!["https://www.example.com/th/a changed"]);
+    assert_eq!(
+        queued(&mut db),
+        vec!["https://www.example.com/th/a changed"]
+    );
 }
 
 #[test]
@@ -247,7 +257,13 @@ fn sigkill_mid_derivation_loses_nothing() {
     wait_until("every change set is derived", SECONDS(120), || {
         count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
     });
-    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 200_000);
-    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_sources"), 200_000);
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM indexnow_urls"),
+        200_000
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM indexnow_sources"),
+        200_000
+    );
     assert!(cluster.log().contains("was terminated by signal 9"));
 }

@@ -1,0 +1,241 @@
+//! Related tables: a watch whose URL, visibility or publication time comes from tables its rows
+//! reference (`indexnow_watch(..., related => '{articles,categories}')` on a translation table).
+//!
+//! A write to a related table changes what the watched rows that reference the written rows
+//! derive to, so it re-derives exactly those rows: the capture trigger on the related table runs
+//! the relation's `dependents` query, which joins from the watched table along foreign keys to the
+//! written rows (`article_translations → articles → categories`), and derives (or records) the
+//! keys it finds, as a write to the watched table would. The path is found from the catalog when
+//! the watch is made: each related table must be reachable from the watched table through foreign
+//! keys among the watched and related tables, or the watch is refused.
+//!
+//! A deleted parent row takes its children with it only where the foreign key cascades; then the
+//! children's own triggers see their rows go. Where it does not, the children stay and are derived
+//! again (a `visible` that reads the parent then hides them).
+
+use super::statements::{quote_ident, row_key};
+use pgrx::prelude::*;
+use std::collections::{HashMap, VecDeque};
+
+/// Where the written rows' keys go in a `dependents` query: replaced by the trigger with a
+/// query over its transition tables.
+pub const CHANGED: &str = "indexnow_changed_rows";
+
+/// One foreign key: `child (child_cols) REFERENCES parent (parent_cols)`.
+#[derive(Clone, Debug)]
+struct ForeignKey {
+    child: pg_sys::Oid,
+    child_cols: Vec<String>,
+    parent: pg_sys::Oid,
+    parent_cols: Vec<String>,
+}
+
+/// A related table and the query from its written rows to the watched rows' keys.
+pub struct Relation {
+    pub table: pg_sys::Oid,
+    pub dependents: String,
+}
+
+/// The relations of a watch of `watched` (key `key`) that reads `related`, or an error message.
+pub fn plan(
+    watched: pg_sys::Oid,
+    key: &[String],
+    related: &[String],
+) -> Result<Vec<Relation>, String> {
+    let mut tables: Vec<(pg_sys::Oid, String, String)> = vec![]; // oid, quoted name, label
+    for name in related {
+        let found: Option<(pg_sys::Oid, String, String)> = Spi::connect(|client| {
+            let t = client.select(
+                "SELECT c.oid, format('%I.%I', n.nspname, c.relname), format('%s.%s', n.nspname, c.relname) \
+                   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE c.oid = pg_catalog.to_regclass($1)",
+                None,
+                &[name.as_str().into()],
+            )?;
+            if t.is_empty() {
+                return Ok::<_, pgrx::spi::Error>(None);
+            }
+            let r = t.first();
+            Ok(Some((
+                r.get::<pg_sys::Oid>(1)?.unwrap(),
+                r.get::<String>(2)?.unwrap(),
+                r.get::<String>(3)?.unwrap(),
+            )))
+        })
+        .map_err(|e| e.to_string())?;
+        let found = found.ok_or_else(|| format!("related table \"{name}\" does not exist"))?;
+        if found.0 == watched {
+            return Err(format!(
+                "related names the watched table {} itself",
+                found.2
+            ));
+        }
+        tables.push(found);
+    }
+    let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.0).collect();
+    all.push(watched);
+    let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
+    let names: HashMap<pg_sys::Oid, String> = tables.iter().map(|t| (t.0, t.1.clone())).collect();
+    let watched_name = table_name(watched).map_err(|e| e.to_string())?;
+    tables
+        .iter()
+        .map(|(oid, _, label)| {
+            let path = path(&keys, watched, *oid).ok_or_else(|| {
+                format!(
+                    "related table {label} is not reachable from {} through foreign keys among \
+                     the watched and related tables",
+                    table_label(watched).unwrap_or_default()
+                )
+            })?;
+            Ok(Relation {
+                table: *oid,
+                dependents: dependents(&watched_name, key, &path, &names),
+            })
+        })
+        .collect()
+}
+
+/// The shortest chain of foreign keys from `from` (child) to `to` (parent).
+fn path(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Option<Vec<ForeignKey>> {
+    let mut previous: HashMap<pg_sys::Oid, ForeignKey> = HashMap::new();
+    let mut queue = VecDeque::from([from]);
+    while let Some(at) = queue.pop_front() {
+        if at == to {
+            let mut chain = vec![];
+            let mut node = to;
+            while node != from {
+                let fk = previous[&node].clone();
+                node = fk.child;
+                chain.push(fk);
+            }
+            chain.reverse();
+            return Some(chain);
+        }
+        for fk in keys.iter().filter(|k| k.child == at) {
+            if fk.parent != from && !previous.contains_key(&fk.parent) {
+                previous.insert(fk.parent, fk.clone());
+                queue.push_back(fk.parent);
+            }
+        }
+    }
+    None
+}
+
+/// `SELECT jsonb_build_array(t0.key...) AS k FROM watched t0 JOIN ... WHERE (last hop's child
+/// columns) IN (SELECT parent columns FROM indexnow_changed_rows r)`.
+fn dependents(
+    watched: &str,
+    key: &[String],
+    path: &[ForeignKey],
+    names: &HashMap<pg_sys::Oid, String>,
+) -> String {
+    let cols = |alias: &str, cols: &[String]| {
+        cols.iter()
+            .map(|c| format!("{alias}.{}", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut from = format!("{watched} t0");
+    for (i, fk) in path.iter().enumerate().take(path.len() - 1) {
+        let on = fk
+            .child_cols
+            .iter()
+            .zip(&fk.parent_cols)
+            .map(|(c, p)| format!("t{i}.{} = t{}.{}", quote_ident(c), i + 1, quote_ident(p)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        from.push_str(&format!(" JOIN {} t{} ON {on}", names[&fk.parent], i + 1));
+    }
+    let last = path.last().expect("a path has a foreign key");
+    let n = path.len() - 1;
+    format!(
+        "SELECT {k} AS k FROM {from} WHERE ({child}) IN (SELECT {parent} FROM {CHANGED} r)",
+        k = row_key(key, "t0"),
+        child = cols(&format!("t{n}"), &last.child_cols),
+        parent = cols("r", &last.parent_cols),
+    )
+}
+
+fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Error> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT c.conrelid, c.confrelid, \
+                        ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(n, i) \
+                                JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n \
+                               ORDER BY k.i), \
+                        ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(n, i) \
+                                JOIN pg_catalog.pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n \
+                               ORDER BY k.i) \
+                   FROM pg_catalog.pg_constraint c \
+                  WHERE c.contype = 'f' AND c.conrelid = ANY ($1) AND c.confrelid = ANY ($1) \
+                  ORDER BY c.oid",
+                None,
+                &[tables.to_vec().into()],
+            )?
+            .map(|r| {
+                Ok(ForeignKey {
+                    child: r.get(1)?.unwrap(),
+                    parent: r.get(2)?.unwrap(),
+                    child_cols: r.get(3)?.unwrap_or_default(),
+                    parent_cols: r.get(4)?.unwrap_or_default(),
+                })
+            })
+            .collect()
+    })
+}
+
+fn table_name(oid: pg_sys::Oid) -> Result<String, pgrx::spi::Error> {
+    Spi::get_one_with_args::<String>(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+        &[oid.into()],
+    )
+    .map(Option::unwrap_or_default)
+}
+
+fn table_label(oid: pg_sys::Oid) -> Result<String, pgrx::spi::Error> {
+    Spi::get_one_with_args::<String>(
+        "SELECT format('%s.%s', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+        &[oid.into()],
+    )
+    .map(Option::unwrap_or_default)
+}
+
+/// The written rows of a trigger event as the `dependents` query reads them: the parent key
+/// columns of every row in `sources` (transition tables).
+pub fn changed_rows(sources: &[&str]) -> String {
+    let rows = sources
+        .iter()
+        .map(|t| format!("SELECT * FROM {t}"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    format!("({rows})")
+}
+
+/// A relation of an active watch on the trigger's table.
+pub struct Dependents {
+    pub watch_id: i32,
+    pub dependents: String,
+}
+
+/// The relations of active watches that read the table `$1` (oid).
+pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
+    let sql = format!(
+        "SELECT r.watch_id, r.dependents FROM {ext}.indexnow_relations r \
+           JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+          WHERE r.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND w.active ORDER BY r.watch_id"
+    );
+    Spi::connect(|client| {
+        crate::kept::read(client, &sql, &[table.into()])?
+            .map(|r| {
+                Ok(Dependents {
+                    watch_id: r.get(1)?.unwrap_or_default(),
+                    dependents: r.get(2)?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"))
+}
