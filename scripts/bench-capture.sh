@@ -1,41 +1,57 @@
 #!/usr/bin/env bash
-# Capture benchmark (not a test): what watching a table costs a bulk UPDATE, measured side by side
-# in one run on one cluster, as ratios to the same UPDATE of an identical unwatched table.
+# Capture benchmark (not a test): what watching a table costs its writers, and what deriving the
+# recorded changes costs afterwards, measured side by side in one run on one cluster.
+#
+# Write time, as ratios to the same statement on an identical unwatched table:
 #   plain    no trigger
-#   watched  indexnow_watch() (statement triggers with transition tables)
-#   by hand  what a user would write: a plpgsql AFTER ROW trigger that compares the row without
-#            its ignored columns and calls indexnow_queue() per changed row
+#   watched  indexnow_watch() (statement triggers with transition tables; a bulk statement
+#            records the keys it changed, a change set)
 #   floor    a statement trigger with transition tables that does nothing: what PostgreSQL itself
 #            charges for capturing the old and new rows, before any of our work
-# Then single-row saves, what an application does most (pgbench, one client, SAVE_SECONDS each,
-# interleaved over 3 rounds): UPDATE of one random row of plain, of watched (a public column), of
-# watched (an ignored column only), in transactions per second.
-# Each UPDATE is timed with the CHECKPOINT that writes it out; tables are vacuumed between runs.
+# Each UPDATE of all ROWS rows is timed with the CHECKPOINT that writes it out; tables are vacuumed
+# between runs. The cluster runs without the worker here, so nothing derives behind the timing.
+# After the watched UPDATE of a public column: deriving its change sets (indexnow_derive()), in
+# keys per second, the deriving backend's largest private memory (sampled), and single-row saves
+# of the same table meanwhile (pgbench, 1 client): their tps and longest save against the same
+# saves with nothing deriving.
+# Single-row saves (pgbench, one client, SAVE_SECONDS each, 3 rounds): plain, watched (a public
+# column), watched (an ignored column only), in transactions per second.
+# Then with the worker (debounce 0, a local receiver): a single save, commit to POST.
 # ROWS (default 1000000) and ROUNDS (default 2) can be set in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${ROWS:-1000000}
 ROUNDS=${ROUNDS:-2}
+SAVE_SECONDS=${SAVE_SECONDS:-8}
 
 bash scripts/setup.sh >/dev/null
-echo "[bench] building and installing the extension (release)"
+echo "[bench] building and installing the extension and the receiver (release)"
 cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1
+cargo build --release -q -p indexnow-receiver
 
 source scripts/cluster.sh
 dir=/tmp/indexnow-bench
+rport=$(free_port)
+target/release/indexnow-receiver --listen "127.0.0.1:$rport" >/dev/null &
+receiver=$!
 port=$(free_port)
+while [ "$port" = "$rport" ]; do sleep 0.2; port=$(free_port); done
 cluster_start "$dir" "$port" "shared_buffers = '2GB'" "max_wal_size = '16GB'" \
-  "checkpoint_timeout = '1h'" "work_mem = '64MB'" "maintenance_work_mem = '512MB'"
-trap 'cluster_stop "$dir"' EXIT
+  "checkpoint_timeout = '1h'" "work_mem = '64MB'" "maintenance_work_mem = '512MB'" \
+  "shared_preload_libraries = ''" "indexnow.endpoint = 'http://127.0.0.1:$rport/indexnow'" \
+  "indexnow.debounce = 0"
+trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
+pgbench() { "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n "$@" postgres 2>/dev/null; }
 
 echo "[bench] $ROWS rows per table; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
 psql <<SQL
 CREATE EXTENSION indexnow;
+SELECT indexnow_add_host('www.example.com', 'benchkey-0001');
 DO \$\$
 DECLARE t text;
 BEGIN
-  FOREACH t IN ARRAY ARRAY['plain', 'watched', 'byhand', 'floor'] LOOP
+  FOREACH t IN ARRAY ARRAY['plain', 'watched', 'floor'] LOOP
     EXECUTE format('CREATE TABLE %I (id int PRIMARY KEY, slug text NOT NULL, title text, body text,
                     live boolean NOT NULL, sort_order int, updated_at timestamptz)', t);
     EXECUTE format('INSERT INTO %I SELECT g, ''page-'' || g, ''Title '' || g, repeat(md5(g::text), 6),
@@ -44,19 +60,10 @@ BEGIN
 END \$\$;
 SELECT indexnow_watch('watched', url => 'https://www.example.com/w/{slug}', visible => 'live',
                       ignore => '{sort_order,updated_at}');
-CREATE FUNCTION byhand_queue() RETURNS trigger LANGUAGE plpgsql AS \$\$
-BEGIN
-  IF NEW.live AND (to_jsonb(OLD) - '{sort_order,updated_at}'::text[])
-                  IS DISTINCT FROM (to_jsonb(NEW) - '{sort_order,updated_at}'::text[]) THEN
-    PERFORM indexnow_queue('https://www.example.com/h/' || NEW.slug, 'changed');
-  END IF;
-  RETURN NULL;
-END \$\$;
-CREATE TRIGGER byhand AFTER UPDATE ON byhand FOR EACH ROW EXECUTE FUNCTION byhand_queue();
 CREATE FUNCTION floor_nothing() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN RETURN NULL; END \$\$;
 CREATE TRIGGER floor AFTER UPDATE ON floor REFERENCING OLD TABLE AS o NEW TABLE AS n
   FOR EACH STATEMENT EXECUTE FUNCTION floor_nothing();
-VACUUM ANALYZE plain; VACUUM ANALYZE watched; VACUUM ANALYZE byhand; VACUUM ANALYZE floor;
+VACUUM ANALYZE plain; VACUUM ANALYZE watched; VACUUM ANALYZE floor;
 SQL
 
 # Prints the milliseconds of "UPDATE ...; CHECKPOINT" on table $1 with SET clause $2.
@@ -65,34 +72,70 @@ timed_update() {
   psql -c '\timing on' -c "UPDATE $1 SET $2" -c "CHECKPOINT" |
     awk '/^Time:/ { sum += $2 } END { printf "%.0f", sum }'
 }
-pending() { psql -Atc "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq AND url LIKE '%/$1/%'"; }
+changes() { psql -Atc "SELECT count(*) FROM indexnow_changes"; }
+pending() { psql -Atc "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"; }
+# The largest private memory (KiB) of any backend of this cluster, sampled every 50 ms while the
+# process $1 runs.
+peak_private_kib() {
+  local peak=0 kib p
+  while kill -0 "$1" 2>/dev/null; do
+    for p in $(pgrep -f "postgres: postgres postgres 127.0.0.1" || true); do
+      kib=$(awk '/^Anonymous:/ { s += $2 } END { print s + 0 }' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
+      [ "$kib" -gt "$peak" ] && peak=$kib
+    done
+    sleep 0.05
+  done
+  echo "$peak"
+}
+# Single-row saves of random rows of `watched` for $1 seconds: "tps max_ms".
+saves() {
+  printf '\\set id random(1, %d)\nUPDATE watched SET body = md5(random()::text) WHERE id = :id;\n' "$ROWS" > "$dir/save.sql"
+  rm -f "$dir"/pgbench_log.*
+  (cd "$dir" && pgbench -c 1 -T "$1" -l -f "$dir/save.sql" | awk '/^tps/ { printf "%d", $3 }')
+  printf ' '
+  awk '{ if ($3 > m) m = $3 } END { printf "%.1f", m / 1000 }' "$dir"/pgbench_log.*
+}
 
-printf '\n%-6s %-20s %9s %9s %9s %9s %8s %8s %8s\n' round change plain_ms watch_ms hand_ms floor_ms watch× hand× floor×
+printf '\n%-6s %-14s %9s %9s %9s %8s %8s %8s %s\n' round change plain_ms watch_ms floor_ms watch× floor× w/floor queued
 for round in $(seq 1 "$ROUNDS"); do
   for change in "public column" "ignored only"; do
     case "$change" in
       public*) set_clause="body = body || 'r'" ;;
       *) set_clause="sort_order = sort_order + 1" ;;
     esac
-    before_w=$(pending w); before_h=$(pending h)
+    before=$(pending)
     plain=$(timed_update plain "$set_clause")
     watched=$(timed_update watched "$set_clause")
-    byhand=$(timed_update byhand "$set_clause")
     floor=$(timed_update floor "$set_clause")
-    after_w=$(pending w); after_h=$(pending h)
-    awk -v r="$round" -v c="$change" -v p="$plain" -v w="$watched" -v h="$byhand" -v f="$floor" \
-      'BEGIN { printf "%-6s %-20s %9d %9d %9d %9d %8.2f %8.2f %8.2f\n", r, c, p, w, h, f, w / p, h / p, f / p }'
-    if [ "$change" = "ignored only" ] && { [ "$after_w" != "$before_w" ] || [ "$after_h" != "$before_h" ]; }; then
-      echo "  !! an ignored-only UPDATE changed the queue (watched $before_w -> $after_w, by hand $before_h -> $after_h)"
+    recorded=$(changes)
+    awk -v r="$round" -v c="$change" -v p="$plain" -v w="$watched" -v f="$floor" -v n="$recorded" \
+      'BEGIN { printf "%-6s %-14s %9d %9d %9d %8.2f %8.2f %8.2f %s change sets\n", r, c, p, w, f, w / p, f / p, w / f, n }'
+    if [ "$change" = "ignored only" ] && [ "$recorded" != 0 ]; then
+      echo "  !! an ignored-only UPDATE recorded $recorded change sets"
+    fi
+    if [ "$recorded" != 0 ]; then
+      # Derive what the UPDATE recorded, with single-row saves of the same table going on.
+      start=$(date +%s%N)
+      psql -c "SELECT indexnow_derive()" >/dev/null &
+      deriving=$!
+      peak_private_kib "$deriving" > "$dir/peak" &
+      sampler=$!
+      during=$(saves 4)
+      wait "$deriving"
+      took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+      wait "$sampler"
+      alone=$(saves 4)
+      awk -v r="$round" -v n="$ROWS" -v ms="$took_ms" -v kib="$(cat "$dir/peak")" -v d="$during" -v a="$alone" \
+        'BEGIN { split(d, x, " "); split(a, y, " ");
+                 printf "%-6s %-14s %9d ms: %.0f keys/s, %.1f MiB at most; saves meanwhile %d tps (longest %s ms), alone %d tps (longest %s ms)\n",
+                        r, "derive", ms, n * 1000 / ms, kib / 1024, x[1], x[2], y[1], y[2] }'
+      echo "       queued now: $(pending) pending (was $before)"
     fi
     # Settle what was queued, so each round starts from the same queue state.
-    psql -c "UPDATE indexnow_urls SET settled_seq = request_seq" -c "VACUUM indexnow_urls"
+    psql -c "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, last_pushed_at = clock_timestamp()" -c "VACUUM indexnow_urls"
   done
 done
-echo
-echo "[bench] queue rows: $(psql -Atc 'SELECT count(*) FROM indexnow_urls')"
 
-SAVE_SECONDS=${SAVE_SECONDS:-8}
 printf '\n%-6s %12s %14s %15s %8s %8s\n' round plain_tps public_tps ignored_tps public× ignored×
 for round in 1 2 3; do
   declare -A tps=()
@@ -103,10 +146,29 @@ for round in 1 2 3; do
       ignored) sql="UPDATE watched SET sort_order = sort_order + 1 WHERE id = :id" ;;
     esac
     printf '\\set id random(1, %d)\n%s;\n' "$ROWS" "$sql" > "$dir/save-$kind.sql"
-    tps[$kind]=$("$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 1 -T "$SAVE_SECONDS" \
-      -f "$dir/save-$kind.sql" postgres 2>/dev/null | awk '/^tps/ { printf "%d", $3 }')
+    tps[$kind]=$(pgbench -c 1 -T "$SAVE_SECONDS" -f "$dir/save-$kind.sql" | awk '/^tps/ { printf "%d", $3 }')
   done
   awk -v r="$round" -v p="${tps[plain]}" -v w="${tps[public]}" -v i="${tps[ignored]}" \
     'BEGIN { printf "%-6s %12d %14d %15d %8.2f %8.2f\n", r, p, w, i, p / w, p / i }'
 done
 echo "(× = how many times longer a save takes than on the plain table)"
+
+# With the worker: a single save, from its commit to the POST reaching the receiver.
+echo "shared_preload_libraries = 'indexnow'" >> "$dir/data/postgresql.conf"
+sudo -n -u postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w restart >/dev/null
+psql -c "UPDATE indexnow_urls SET settled_seq = request_seq"
+sleep 3
+received() {
+  exec 3<>"/dev/tcp/127.0.0.1/$rport"
+  printf 'GET /__received HTTP/1.0\r\n\r\n' >&3
+  grep -o "$1" <&3 | wc -l
+  exec 3<&-
+}
+printf '\n%-6s %s\n' save commit_to_post_ms
+for i in 1 2 3 4 5; do
+  slug="single-save-$i-$RANDOM"
+  start=$(date +%s%N)
+  psql -c "UPDATE watched SET slug = '$slug' WHERE id = $((i * 10 + 1))"
+  until [ "$(received "$slug")" -gt 0 ]; do sleep 0.01; done
+  printf '%-6s %d\n' "$i" $(( ($(date +%s%N) - start) / 1000000 ))
+done
