@@ -24,3 +24,25 @@ BEGIN
     RETURN result;
 END
 $$;
+
+-- Partitions and inheritance children that join or leave a watched table's tree after it was
+-- watched (src/capture/partitions.rs). Never fails the DDL it follows: a problem is a WARNING.
+CREATE FUNCTION indexnow_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT DISTINCT objid, command_tag FROM pg_catalog.pg_event_trigger_ddl_commands()
+              WHERE object_type IN ('table', 'table column') LOOP
+        BEGIN
+            PERFORM @extschema@.indexnow_table_changed(c.objid, c.command_tag);
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.objid::regclass, SQLERRM;
+        END;
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION indexnow_on_ddl();

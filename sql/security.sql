@@ -19,6 +19,7 @@ REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_derive() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_table_changed(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
@@ -33,6 +34,9 @@ ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@,
     SET max_parallel_workers_per_gather = 0 SET jit = off;
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
+-- Follows partitions joining or leaving a watched tree (called by the event trigger, as the
+-- extension's owner: see indexnow_on_ddl() in capture.sql).
+ALTER FUNCTION indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
 -- Derives the change sets the capture triggers recorded, for whoever may read the queue.
 ALTER FUNCTION indexnow_derive() SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;

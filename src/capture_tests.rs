@@ -858,3 +858,51 @@ fn a_related_table_must_be_reachable_by_foreign_keys() {
         None,
     );
 }
+
+#[pg_test]
+fn partitions_and_inheritance_children_are_covered() {
+    run(
+        "CREATE TABLE pages (id int, region text, slug text, live boolean, PRIMARY KEY (id, region)) \
+           PARTITION BY LIST (region)",
+    );
+    run("CREATE TABLE pages_th PARTITION OF pages FOR VALUES IN ('th')");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{region}/{slug}', visible => 'live')");
+    // A partition created after the watch is covered too.
+    run("CREATE TABLE pages_en PARTITION OF pages FOR VALUES IN ('en')");
+    // Writes straight to a partition are seen.
+    run("INSERT INTO pages_th VALUES (1, 'th', 'a', true)");
+    run("INSERT INTO pages_en VALUES (2, 'en', 'b', true)");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/b created\nhttps://www.example.com/th/a created"
+    );
+    pushed();
+    run("UPDATE pages_en SET slug = 'c'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/en/b moved\nhttps://www.example.com/en/c created"
+    );
+    pushed();
+    // DETACH takes the partition's pages off the site; ATTACH brings them back.
+    run("ALTER TABLE pages DETACH PARTITION pages_en");
+    assert_eq!(pending(), "https://www.example.com/en/c deleted");
+    assert_eq!(count("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pages_en'::regclass"), 0);
+    pushed();
+    run("ALTER TABLE pages ATTACH PARTITION pages_en FOR VALUES IN ('en')");
+    assert_eq!(pending(), "https://www.example.com/en/c created");
+    pushed();
+    // TRUNCATE of one partition removes its pages only.
+    run("TRUNCATE pages_th");
+    assert_eq!(pending(), "https://www.example.com/th/a deleted");
+
+    // Inheritance: TRUNCATE ONLY the parent leaves the children's pages.
+    run("CREATE TABLE posts (id int PRIMARY KEY, slug text)");
+    run("CREATE TABLE old_posts () INHERITS (posts)");
+    run("SELECT indexnow_watch('posts', url => 'https://www.example.com/p/{slug}')");
+    run("INSERT INTO posts VALUES (1, 'parent')");
+    run("INSERT INTO old_posts VALUES (2, 'child')");
+    pushed();
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/p/%'"), 2);
+    run("TRUNCATE ONLY posts");
+    assert_eq!(pending(), "https://www.example.com/p/parent deleted");
+}

@@ -48,12 +48,19 @@ pub fn write<'conn>(
     client.update(&*plan, None, args)
 }
 
-/// The first column of the first row the reading statement `sql` returns (see [`read`]).
+/// The first column of the first row the reading statement `sql` returns (see [`read`]), or
+/// `None` when it returns no row.
 pub fn get_one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(
     sql: &str,
     args: &[DatumWithOid<'_>],
 ) -> SpiResult<Option<T>> {
-    pgrx::Spi::connect(|client| read(client, sql, args)?.first().get_one())
+    pgrx::Spi::connect(|client| {
+        let table = read(client, sql, args)?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        table.first().get_one()
+    })
 }
 
 /// This backend's kept plan of `sql`, planned at first use with the arguments' types.

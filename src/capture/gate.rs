@@ -24,8 +24,8 @@
 //! position, so in practice the first changed row is found where it is.)
 
 use super::derive::{self, Rows, Watch};
-use super::related;
 use super::statements::{event_keys, record_change_set};
+use super::{partitions, related};
 use crate::queue::Reason;
 use crate::{kept, worker};
 use pgrx::pg_sys;
@@ -76,9 +76,20 @@ fn indexnow_capture<'a>(
     let data = trigger.trigger_data();
     let ext = crate::extension::schema();
     // SAFETY: a trigger's relation is open for the duration of the call.
-    let relid = unsafe { (*data.tg_relation).rd_id };
-    let mut watches = derive::watches_of(&ext, relid);
-    let relations = related::of_table(&ext, relid);
+    let written = unsafe { (*data.tg_relation).rd_id };
+    let mut watches = derive::watches_of(&ext, written);
+    // A partition or inheritance child written directly: its rows are the watched table's above.
+    let relid = match (
+        watches.is_empty(),
+        partitions::watched_ancestor(&ext, written),
+    ) {
+        (true, Some(above)) => {
+            watches = derive::watches_of(&ext, above);
+            above
+        }
+        _ => written,
+    };
+    let relations = related::of_table(&ext, written);
     let event = Event::of(data);
     // SAFETY: the transition tables, when there are any, belong to this trigger call.
     let rows = unsafe {
@@ -159,8 +170,7 @@ fn capture_own_rows(
     key_changed: bool,
     read_committed: bool,
 ) {
-    // SAFETY: a trigger's relation is open for the duration of the call.
-    let key = unsafe { key_names(data.tg_relation) };
+    let key = partitions::key_names(relid);
     let sources: &[&str] = match event {
         Event::Insert => &["indexnow_new"],
         Event::Delete => &["indexnow_old"],
@@ -181,8 +191,14 @@ fn capture_own_rows(
         if event == Event::Truncate {
             kept::write(
                 client,
+                // (once per transaction: a TRUNCATE of a partitioned table fires the triggers of
+                // the table and of every partition)
                 &format!(
-                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, $2, NULL)"
+                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+                     SELECT $1, $2, NULL WHERE NOT EXISTS ( \
+                       SELECT FROM {ext}.indexnow_changes c \
+                        WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches IS NOT DISTINCT FROM $2 \
+                          AND {ext}.indexnow_written_by_this_transaction(c.xmin::text::bigint))"
                 ),
                 &[relid.into(), ids.clone().into()],
             )?;
@@ -431,27 +447,4 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
             (a.attnum, name)
         })
         .collect()
-}
-
-/// The names of the relation's primary key columns, in the key's order.
-unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
-    let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
-    if index == pg_sys::InvalidOid {
-        error!("indexnow: a watched table has no primary key any more");
-    }
-    let desc = (*relation).rd_att;
-    let index_rel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    let form = &*(*index_rel).rd_index;
-    let keys = form.indkey.values.as_slice(form.indnkeyatts as usize);
-    let names = keys
-        .iter()
-        .map(|&att| {
-            let a = &*(*desc).attrs.as_ptr().add(att as usize - 1);
-            CStr::from_ptr(a.attname.data.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    names
 }

@@ -18,6 +18,7 @@
 pub mod derive;
 pub mod fingerprint;
 pub mod gate;
+pub mod partitions;
 pub mod related;
 pub mod statements;
 pub mod template;

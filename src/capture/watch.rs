@@ -410,6 +410,9 @@ fn indexnow_watch(
         install_triggers(&ext, &table_qualified(r.table));
     }
     install_triggers(&ext, &table.qualified);
+    for d in super::partitions::descendants(oid) {
+        install_triggers(&ext, &table_qualified(d));
+    }
     let watch = derive::Watch {
         id: watch_id,
         pattern,
@@ -463,6 +466,9 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
         });
     }
     drop_unused_triggers(&ext, oid);
+    for d in super::partitions::descendants(oid) {
+        drop_unused_triggers(&ext, d);
+    }
     let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
             .select(
@@ -483,7 +489,7 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     }
 }
 
-fn table_qualified(oid: pg_sys::Oid) -> String {
+pub(super) fn table_qualified(oid: pg_sys::Oid) -> String {
     spi(
         "naming a table",
         Spi::get_one_with_args::<String>(
@@ -496,7 +502,7 @@ fn table_qualified(oid: pg_sys::Oid) -> String {
 }
 
 /// The capture triggers on `table` (quoted, qualified): all call indexnow_capture().
-fn install_triggers(ext: &str, table: &str) {
+pub(super) fn install_triggers(ext: &str, table: &str) {
     for (name, event, referencing) in EVENTS {
         spi(
             "installing the capture triggers",
@@ -508,8 +514,9 @@ fn install_triggers(ext: &str, table: &str) {
     }
 }
 
-/// Drops the capture triggers of `table` when no active watch watches it or reads it.
-fn drop_unused_triggers(ext: &str, table: pg_sys::Oid) {
+/// Drops the capture triggers of `table` when no active watch watches it, a table above it or
+/// reads it.
+pub(super) fn drop_unused_triggers(ext: &str, table: pg_sys::Oid) {
     let used: bool = spi(
         "removing the capture triggers",
         Spi::get_one_with_args::<bool>(
@@ -523,7 +530,7 @@ fn drop_unused_triggers(ext: &str, table: pg_sys::Oid) {
         ),
     )
     .unwrap_or(true);
-    if used {
+    if used || super::partitions::watched_ancestor(ext, table).is_some() {
         return;
     }
     let qualified = table_qualified(table);

@@ -1,0 +1,131 @@
+//! Partitions and inheritance children of a watched table.
+//!
+//! A statement that names a partitioned (or inherited) table fires that table's statement
+//! triggers, with the rows of every partition it touched in the transition tables; a statement
+//! that names a partition directly fires only the partition's. So the capture triggers are put on
+//! the watched table and on every table below it, and a trigger on a table below derives (or
+//! records) its rows for the watched table above it: the watch reads the watched table, which
+//! includes them. `TRUNCATE ONLY parent` leaves the children's rows, and the derivation of the whole
+//! table sees them still there.
+//!
+//! A table that joins or leaves the tree later (`CREATE TABLE ... PARTITION OF`, `ATTACH` and
+//! `DETACH PARTITION`, `ALTER TABLE ... [NO] INHERIT`) is seen by an event trigger at the end of
+//! every `CREATE TABLE` and `ALTER TABLE` (sql/capture.sql): a table that joined gets the triggers,
+//! one that left loses them, and an `ALTER TABLE` anywhere in a watched tree re-derives the whole
+//! watched table (rows that came with an attached partition are announced, rows that left with a
+//! detached one are removed).
+
+use pgrx::prelude::*;
+
+/// The nearest table above `table` (a partition or inheritance child) with an active watch.
+pub fn watched_ancestor(ext: &str, table: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    let sql = format!(
+        "WITH RECURSIVE up(oid, depth) AS ( \
+           SELECT i.inhparent, 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = $1 \
+           UNION ALL \
+           SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
+             JOIN up ON i.inhrelid = up.oid) \
+         SELECT up.oid FROM up \
+          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = up.oid AND w.active) \
+          ORDER BY up.depth LIMIT 1"
+    );
+    crate::kept::get_one::<pg_sys::Oid>(&sql, &[table.into()])
+        .unwrap_or_else(|e| error!("indexnow: looking for a watched parent table: {e}"))
+}
+
+/// Every table below `table`.
+pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE down(oid) AS ( \
+                   SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1 \
+                   UNION \
+                   SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
+                 SELECT oid FROM down",
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: listing the partitions of a table: {e}"))
+}
+
+/// The primary key columns of `table`, in the key's order.
+pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT a.attname::text FROM pg_catalog.pg_index i \
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+                  WHERE i.indrelid = $1 AND i.indisprimary \
+                  ORDER BY array_position(i.indkey::int2[], a.attnum)",
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading a table's primary key: {e}"))
+}
+
+/// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
+/// capture triggers on every table of each watched tree it belongs to, takes them off tables that
+/// left one, and after an `ALTER TABLE` records a whole-table change set for each such watched
+/// table.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
+    let ext = crate::extension::schema();
+    let watched: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "WITH RECURSIVE up(oid) AS ( \
+                       SELECT $1::oid \
+                       UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid), \
+                     down(oid) AS ( \
+                       SELECT $1::oid \
+                       UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
+                     SELECT DISTINCT w.tbl::pg_catalog.oid FROM {ext}.indexnow_watches w \
+                      WHERE w.active AND w.tbl::pg_catalog.oid IN (SELECT oid FROM up UNION SELECT oid FROM down)"
+                ),
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the watched tables of a changed table: {e}"));
+    for w in &watched {
+        for d in descendants(*w) {
+            super::watch::install_triggers(&ext, &super::watch::table_qualified(d));
+        }
+        if tag == "ALTER TABLE" {
+            Spi::run_with_args(
+                &format!(
+                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, NULL, NULL)"
+                ),
+                &[(*w).into()],
+            )
+            .unwrap_or_else(|e| error!("indexnow: recording a changed partition tree: {e}"));
+            crate::worker::worker_at_commit();
+        }
+    }
+    // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.
+    let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t \
+                  WHERE t.tgname = 'indexnow_capture_insert'",
+                None,
+                &[],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
+    for t in with_triggers {
+        super::watch::drop_unused_triggers(&ext, t);
+    }
+}
