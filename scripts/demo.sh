@@ -66,9 +66,10 @@ SELECT url, reason, request_seq > settled_seq AS pending FROM indexnow_urls ORDE
 SELECT $$UPDATE pages SET body = body || '.' WHERE slug = 'welcome'$$ FROM generate_series(1, 10) \gexec
 -- Admin-only columns: nothing is queued.
 UPDATE pages SET sort_order = 1, is_featured = true, keywords = 'k' WHERE slug = 'news-1';
--- Bulk SQL is caught too: one set-based step for the whole statement.
+-- Bulk SQL is caught too: one set-based step for the whole statement (a statement of more than
+-- 100 rows is recorded and derived after its commit; status and the worker derive it).
 UPDATE pages SET body = body || ' (updated)' WHERE category = 'news';
--- A slug change: the old URL is moved, the new one changed (both languages).
+-- A slug change: the old URL (known to search engines) is moved, the new one created.
 UPDATE pages SET slug = 'welcome-home' WHERE slug = 'welcome';
 -- English translation added: only the English URL.
 UPDATE pages SET title_en = 'News 2', body_en = '...' WHERE slug = 'news-2';

@@ -906,3 +906,44 @@ fn partitions_and_inheritance_children_are_covered() {
     run("TRUNCATE ONLY posts");
     assert_eq!(pending(), "https://www.example.com/p/parent deleted");
 }
+
+#[pg_test]
+fn merge_and_a_rolled_back_bulk_statement() {
+    site();
+    run("CREATE TABLE incoming (slug text, body text)");
+    run("INSERT INTO incoming SELECT 'm' || g, 'B' FROM generate_series(1, 150) g");
+    run("INSERT INTO pages (slug, title, body, status) VALUES ('m1', 'T', 'old', 'published')");
+    pushed();
+    run(
+        "MERGE INTO pages p USING incoming i ON p.slug = i.slug \
+           WHEN MATCHED THEN UPDATE SET body = i.body \
+           WHEN NOT MATCHED THEN INSERT (slug, title, body, status) VALUES (i.slug, 'T', i.body, 'published')",
+    );
+    derive();
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq AND reason = 'created'"), 149);
+    assert_eq!(pending_like("%/th/m1"), "https://www.example.com/th/m1 changed");
+    // A bulk statement rolled back leaves no change set.
+    run(
+        "DO $$ BEGIN \
+           INSERT INTO pages (slug, status) SELECT 'r' || g, 'published' FROM generate_series(1, 500) g; \
+           RAISE EXCEPTION 'roll back'; \
+         EXCEPTION WHEN raise_exception THEN NULL; END $$",
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/r%'"), 0);
+}
+
+#[pg_test]
+fn reconcile_after_a_failing_row_names_nothing_it_cannot_derive() {
+    run("CREATE TABLE items (id int PRIMARY KEY, n int)");
+    run("INSERT INTO items VALUES (1, 0), (2, 5)");
+    run("SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || id || '-' || (100 / n)$$)");
+    // The row that fails is skipped, the other derived; reconcile does not fail either.
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
+    assert_eq!(
+        count("SELECT sum(created + changed + gone)::bigint FROM indexnow_reconcile('items')"),
+        0
+    );
+    run("UPDATE items SET n = 4 WHERE id = 1");
+    assert_eq!(pending(), "https://www.example.com/i/1-25 created");
+}

@@ -5,14 +5,17 @@
 //! - `guc`          every setting
 //! - `queue`        `indexnow_queue()`, the reasons, and the due rule (`queue/due.rs`)
 //! - `hosts`        `indexnow_add_host()` and key rules
-//! - `capture`      from writes to content tables to queue requests (watch, plan, templates)
+//! - `capture`      from writes to content tables to queue requests: watches, change sets,
+//!   derivations, related tables, partitions (its `mod.rs` lists its files)
 //! - `status`       `indexnow_status()`
 //! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
 //! - `worker`       the launcher and the per-database workers, waking them at commit
 //! - `kept`         statements planned once per backend (SPI_keepplan)
 //! - `subtransaction`  work that may fail alone (a watch's statement, a re-read)
-//! - `sql/`         tables (`schema.sql`), the capture trigger function (`capture.sql`),
-//!   grants and search_path pins (`security.sql`)
+//! - `extension`    the extension's own schema
+//! - `error`        how bad input is refused
+//! - `sql/`         tables (`schema.sql`), `indexnow_watch()`'s expression check and the event
+//!   trigger for partitions (`capture.sql`), grants and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
 //!   what an answer means, the HTTP client)
 

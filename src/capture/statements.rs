@@ -84,8 +84,11 @@ pub struct Statements {
     /// Derives every row of the table and every row the watch has a source for.
     pub derive_all: String,
     /// Records the rows public now as known to search engines (not announced); scheduled ones are
-    /// queued for their time. For a watch with no sources yet.
+    /// queued for their time. For a watch with no sources yet. Returns what the derive statements
+    /// return.
     pub baseline: String,
+    /// The same for the rows whose keys are in `$1` (to find the rows that fail).
+    pub baseline_keys: String,
 }
 
 pub fn quote_ident(name: &str) -> String {
@@ -161,7 +164,8 @@ impl WatchDefinition {
         Statements {
             derive_keys: self.derive(true),
             derive_all: self.derive(false),
-            baseline: self.baseline(),
+            baseline: self.baseline(false),
+            baseline_keys: self.baseline(true),
         }
     }
 
@@ -370,31 +374,44 @@ impl WatchDefinition {
         )
     }
 
-    fn baseline(&self) -> String {
+    fn baseline(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
+        let keys = if keyed {
+            "k AS (SELECT DISTINCT e AS row_key FROM pg_catalog.jsonb_array_elements($1) e), "
+        } else {
+            ""
+        };
         format!(
-            "WITH d AS ({rows}), {current}, \
+            "WITH {keys}d AS ({rows}), {current}, \
              pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources \
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
                SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
                       CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END FROM pub \
-               ON CONFLICT (watch_id, row_key) DO NOTHING), \
+               ON CONFLICT (watch_id, row_key) DO NOTHING RETURNING 1), \
              urls AS ( \
                SELECT DISTINCT ON (url_hash) url, url_hash, host, pub_at > now() AS scheduled, \
                       greatest(pub_at, now()) AS available_at \
-                 FROM pub ORDER BY url_hash, pub_at > now()) \
-             INSERT INTO {ext}.indexnow_urls AS u \
-               (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
-                request_seq, settled_seq, settled_reason) \
-             SELECT url, url_hash, host, 'created', now(), now(), available_at, {id}, 1, \
-                    CASE WHEN scheduled THEN 0 ELSE 1 END, \
-                    CASE WHEN scheduled THEN NULL ELSE 'created' END \
-               FROM urls \
-             ON CONFLICT (url_hash) DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id)",
-            rows = self.rows(false),
+                 FROM pub ORDER BY url_hash, pub_at > now()), \
+             q AS ( \
+               INSERT INTO {ext}.indexnow_urls AS u \
+                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
+                  request_seq, settled_seq, settled_reason) \
+               SELECT url, url_hash, host, 'created', now(), now(), available_at, {id}, 1, \
+                      CASE WHEN scheduled THEN 0 ELSE 1 END, \
+                      CASE WHEN scheduled THEN NULL ELSE 'created' END \
+                 FROM urls \
+               ON CONFLICT (url_hash) DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id) \
+               RETURNING 1) \
+             SELECT 0::bigint, 0::bigint, 0::bigint, \
+                    (SELECT count(*) FROM c WHERE problem IS NOT NULL), \
+                    (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ') \
+                       FROM (SELECT row_key, problem FROM c WHERE problem IS NOT NULL \
+                              ORDER BY row_key LIMIT 3) x), \
+                    (SELECT count(*) FROM kept) + (SELECT count(*) FROM q)",
+            rows = self.rows(keyed),
             current = self.current(),
         )
     }

@@ -426,9 +426,13 @@ fn indexnow_watch(
     if previous.is_some() {
         derive::derive(&watch, Rows::All, Reason::Gone);
     } else {
-        derive::with_settings(&derive::pinned_settings(&search_path), || {
-            spi("recording the rows public now", Spi::run(&sql.baseline))
-        });
+        // The baseline runs as a derivation does (a row that fails is skipped alone).
+        let baseline = derive::Watch {
+            derive_keys: sql.baseline_keys,
+            derive_all: sql.baseline,
+            ..watch
+        };
+        derive::derive(&baseline, Rows::All, Reason::Gone);
     }
 }
 
@@ -595,6 +599,7 @@ fn indexnow_derive() -> i64 {
 /// visible and its URL can be submitted; `problem` says why not when it is visible and cannot.
 /// One row always.
 #[pg_extern(immutable, parallel_safe)]
+#[allow(clippy::type_complexity)]
 fn indexnow_capture_target(
     url: Option<&str>,
     visible: Option<bool>,
