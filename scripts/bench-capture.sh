@@ -15,7 +15,9 @@
 # of the same table meanwhile (pgbench, 1 client): their tps and longest save against the same
 # saves with nothing deriving.
 # Single-row saves (pgbench, one client, SAVE_SECONDS each, 3 rounds): plain, watched (a public
-# column), watched (an ignored column only), in transactions per second.
+# column, derived in the statement: indexnow.derive_at_write at its default), watched (a public
+# column, recorded: indexnow.derive_at_write = 0), watched (an ignored column only), in
+# transactions per second.
 # Then with the worker (debounce 0, a local receiver): a single save, commit to POST.
 # ROWS (default 1000000) and ROUNDS (default 2) can be set in the environment.
 set -euo pipefail
@@ -136,20 +138,23 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-printf '\n%-6s %12s %14s %15s %8s %8s\n' round plain_tps public_tps ignored_tps public× ignored×
+printf '\n%-6s %10s %11s %13s %12s %8s %9s %9s\n' round plain_tps derived_tps recorded_tps ignored_tps derived× recorded× ignored×
 for round in 1 2 3; do
   declare -A tps=()
-  for kind in plain public ignored; do
+  for kind in plain derived recorded ignored; do
+    options=""
     case $kind in
       plain) sql="UPDATE plain SET body = md5(random()::text) WHERE id = :id" ;;
-      public) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id" ;;
+      derived) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id" ;;
+      recorded) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id"
+                options="-c indexnow.derive_at_write=0" ;;
       ignored) sql="UPDATE watched SET sort_order = sort_order + 1 WHERE id = :id" ;;
     esac
     printf '\\set id random(1, %d)\n%s;\n' "$ROWS" "$sql" > "$dir/save-$kind.sql"
-    tps[$kind]=$(pgbench -c 1 -T "$SAVE_SECONDS" -f "$dir/save-$kind.sql" | awk '/^tps/ { printf "%d", $3 }')
+    tps[$kind]=$(PGOPTIONS="$options" pgbench -c 1 -T "$SAVE_SECONDS" -f "$dir/save-$kind.sql" | awk '/^tps/ { printf "%d", $3 }')
   done
-  awk -v r="$round" -v p="${tps[plain]}" -v w="${tps[public]}" -v i="${tps[ignored]}" \
-    'BEGIN { printf "%-6s %12d %14d %15d %8.2f %8.2f\n", r, p, w, i, p / w, p / i }'
+  awk -v r="$round" -v p="${tps[plain]}" -v d="${tps[derived]}" -v c="${tps[recorded]}" -v i="${tps[ignored]}" \
+    'BEGIN { printf "%-6s %10d %11d %13d %12d %8.2f %9.2f %9.2f\n", r, p, d, c, i, p / d, p / c, p / i }'
 done
 echo "(× = how many times longer a save takes than on the plain table)"
 

@@ -947,3 +947,19 @@ fn reconcile_after_a_failing_row_names_nothing_it_cannot_derive() {
     run("UPDATE items SET n = 4 WHERE id = 1");
     assert_eq!(pending(), "https://www.example.com/i/1-25 created");
 }
+
+#[pg_test]
+fn with_derive_at_write_zero_a_save_is_recorded_and_derived_after() {
+    site();
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    publish("news");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    assert_eq!(pending(), "https://www.example.com/th/news created");
+    // An ignored-only save records nothing, as always.
+    run("UPDATE pages SET sort_order = 9");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    run("RESET indexnow.derive_at_write");
+    run("UPDATE pages SET body = 'now' WHERE slug = 'news'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+}

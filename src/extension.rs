@@ -18,3 +18,16 @@ pub fn schema() -> String {
             .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database")),
     )
 }
+
+/// The same schema, found without a query: the schema of one of the extension's own functions
+/// (the capture trigger's, which asks on every save). A syscache lookup.
+pub fn schema_of_function(function: pg_sys::Oid) -> String {
+    // SAFETY: the function exists while it runs; the name is copied out at once.
+    let name = unsafe {
+        let schema = pg_sys::get_namespace_name(pg_sys::get_func_namespace(function));
+        std::ffi::CStr::from_ptr(schema)
+            .to_string_lossy()
+            .into_owned()
+    };
+    quote_ident(&name)
+}

@@ -28,6 +28,10 @@ pub static BACKOFF_THROTTLED_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 pub static BACKOFF_UNAVAILABLE_S: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
 pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
+pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(100);
+
+/// The most rows `indexnow.derive_at_write` allows: one change set's worth.
+pub const MAX_DERIVE_AT_WRITE: i32 = 10_000;
 
 /// The most `indexnow.workers_per_database` allows: more senders than cores only compete.
 pub const MAX_WORKERS_PER_DATABASE: i32 = 8;
@@ -65,6 +69,16 @@ pub fn register() {
         &ENDPOINT,
         Suset,
         GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.derive_at_write",
+        c"A statement that wrote at most this many rows of a watched table (at READ COMMITTED) is turned into queue requests by the statement itself; larger ones, and 0, are recorded and derived after commit.",
+        c"",
+        &DERIVE_AT_WRITE,
+        0,
+        MAX_DERIVE_AT_WRITE,
+        Suset,
+        none,
     );
     GucRegistry::define_int_guc(
         c"indexnow.debounce",

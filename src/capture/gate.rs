@@ -33,11 +33,9 @@ use pgrx::prelude::*;
 use pgrx::JsonB;
 use std::ffi::CStr;
 
-/// At most this many rows in each transition table, at READ COMMITTED: the event is derived in
-/// the writing statement (a save is in the queue when it commits, and a plan kept per backend
-/// serves it). Larger events, and every event at REPEATABLE READ or SERIALIZABLE (whose snapshot
-/// would make the queue upsert fail against a sender's updates), are recorded as change sets.
-const DERIVE_IN_STATEMENT_ROWS: i64 = 100;
+/// At most this many rows in each transition table: the recording statement's plan is kept per
+/// backend (a plan made for one row must not meet a million).
+const KEEP_PLAN_ROWS: i64 = 100;
 
 unsafe extern "C-unwind" {
     // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
@@ -74,21 +72,19 @@ fn indexnow_capture<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
     let data = trigger.trigger_data();
-    let ext = crate::extension::schema();
+    // SAFETY: the trigger's own function exists while it runs.
+    let ext = crate::extension::schema_of_function(unsafe { (*data.tg_trigger).tgfoid });
     // SAFETY: a trigger's relation is open for the duration of the call.
     let written = unsafe { (*data.tg_relation).rd_id };
-    let mut watches = derive::watches_of(&ext, written);
+    let mut watches = derive::watch_heads_of(&ext, written);
     // A partition or inheritance child written directly: its rows are the watched table's above.
-    let relid = match (
-        watches.is_empty(),
-        partitions::watched_ancestor(&ext, written),
-    ) {
-        (true, Some(above)) => {
-            watches = derive::watches_of(&ext, above);
-            above
+    let mut relid = written;
+    if watches.is_empty() {
+        if let Some(above) = partitions::watched_ancestor(&ext, written) {
+            watches = derive::watch_heads_of(&ext, above);
+            relid = above;
         }
-        _ => written,
-    };
+    }
     let relations = related::of_table(&ext, written);
     let event = Event::of(data);
     // SAFETY: the transition tables, when there are any, belong to this trigger call.
@@ -157,6 +153,16 @@ fn with_transition_tables<R>(
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"))
 }
 
+/// At most this many rows (`indexnow.derive_at_write`), written at READ COMMITTED: the event is
+/// derived in the writing statement, so a save is in the queue when it commits (its plan kept per
+/// backend). Larger events, every event when the setting is 0 (the cheapest writes: a save
+/// then costs its change set's insert), and every event at REPEATABLE READ or SERIALIZABLE (whose
+/// snapshot would make the queue upsert fail against a sender's updates) are recorded as change
+/// sets and derived after the commit.
+fn derive_at_write() -> i64 {
+    i64::from(crate::guc::DERIVE_AT_WRITE.get())
+}
+
 /// The rows of the written table itself: derived at once when the event is small and the writer
 /// at READ COMMITTED, else recorded as a change set.
 #[allow(clippy::too_many_arguments)]
@@ -170,7 +176,12 @@ fn capture_own_rows(
     key_changed: bool,
     read_committed: bool,
 ) {
-    let key = partitions::key_names(relid);
+    let key = if relid == unsafe { (*data.tg_relation).rd_id } {
+        // SAFETY: a trigger's relation is open for the duration of the call.
+        unsafe { key_names(data.tg_relation) }
+    } else {
+        partitions::key_names(relid)
+    };
     let sources: &[&str] = match event {
         Event::Insert => &["indexnow_new"],
         Event::Delete => &["indexnow_old"],
@@ -178,8 +189,7 @@ fn capture_own_rows(
         Event::Update => &["indexnow_new"],
         Event::Truncate => &[],
     };
-    let in_statement =
-        event != Event::Truncate && rows <= DERIVE_IN_STATEMENT_ROWS && read_committed;
+    let in_statement = event != Event::Truncate && rows <= derive_at_write() && read_committed;
     let ids: Option<Vec<i32>> =
         (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
     let keys = with_transition_tables(data, |client| {
@@ -204,7 +214,7 @@ fn capture_own_rows(
             )?;
         } else {
             let sql = record_change_set(ext, &key, sources);
-            if rows <= DERIVE_IN_STATEMENT_ROWS {
+            if rows <= KEEP_PLAN_ROWS {
                 kept::write(client, &sql, &[relid.into(), ids.clone().into()])?;
             } else {
                 client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
@@ -213,8 +223,9 @@ fn capture_own_rows(
         Ok(None)
     });
     if let Some(JsonB(keys)) = keys {
-        for watch in watches {
-            derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted);
+        let ids = watches.iter().map(|w| w.id).collect();
+        for watch in derive::watches_by_id(ext, ids) {
+            derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted);
         }
     }
 }
@@ -257,7 +268,7 @@ fn capture_dependents(
         let Some(watch) = derive::watches_by_id(ext, vec![watch_id]).pop() else {
             continue;
         };
-        if read_committed && n <= DERIVE_IN_STATEMENT_ROWS {
+        if read_committed && n <= derive_at_write() {
             derive::derive(&watch, Rows::Keyed(keys), Reason::Deleted);
         } else {
             let sql = format!(
@@ -447,4 +458,29 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
             (a.attnum, name)
         })
         .collect()
+}
+
+/// The names of the relation's primary key columns, in the key's order.
+unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
+    let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+    if index == pg_sys::InvalidOid {
+        error!("indexnow: a watched table has no primary key any more");
+    }
+    let desc = (*relation).rd_att;
+    let index_rel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    let form = &*(*index_rel).rd_index;
+    let names = form
+        .indkey
+        .values
+        .as_slice(form.indnkeyatts as usize)
+        .iter()
+        .map(|&att| {
+            let a = &*(*desc).attrs.as_ptr().add(att as usize - 1);
+            CStr::from_ptr(a.attname.data.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+    names
 }

@@ -52,20 +52,20 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     .unwrap_or_else(|e| error!("indexnow: listing the partitions of a table: {e}"))
 }
 
-/// The primary key columns of `table`, in the key's order.
+/// The primary key columns of `table`, in the key's order. (A kept plan: the capture trigger asks
+/// on every save.)
 pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
     Spi::connect(|client| {
-        client
-            .select(
-                "SELECT a.attname::text FROM pg_catalog.pg_index i \
-                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-                  WHERE i.indrelid = $1 AND i.indisprimary \
-                  ORDER BY array_position(i.indkey::int2[], a.attnum)",
-                None,
-                &[table.into()],
-            )?
-            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        crate::kept::read(
+            client,
+            "SELECT a.attname::text FROM pg_catalog.pg_index i \
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+              WHERE i.indrelid = $1 AND i.indisprimary \
+              ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum)",
+            &[table.into()],
+        )?
+        .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading a table's primary key: {e}"))
 }

@@ -421,7 +421,7 @@ fn indexnow_watch(
         derive_keys: sql.derive_keys,
         derive_all: sql.derive_all,
         ignore,
-        ext,
+        ext: ext.clone(),
     };
     if previous.is_some() {
         derive::derive(&watch, Rows::All, Reason::Gone);
@@ -433,6 +433,12 @@ fn indexnow_watch(
             ..watch
         };
         derive::derive(&baseline, Rows::All, Reason::Gone);
+        // The baseline may have written many rows: give the planner their statistics now
+        // rather than at autovacuum's next look.
+        spi(
+            "analyzing the queue",
+            Spi::run(&format!("ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls")),
+        );
     }
 }
 
