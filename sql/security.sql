@@ -18,7 +18,7 @@ REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_derive() FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_table_changed(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
@@ -38,7 +38,7 @@ ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_te
 -- extension's owner: see indexnow_on_ddl() in capture.sql).
 ALTER FUNCTION indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
 -- Derives the change sets the capture triggers recorded, for whoever may read the queue.
-ALTER FUNCTION indexnow_derive() SECURITY DEFINER SET search_path = @extschema@, pg_temp
+ALTER FUNCTION indexnow_derive(bigint) SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;
 -- The capture trigger reads the watches of the table and records (or derives) what a statement
 -- changed whoever writes the table. jit is off: the statement that records a bulk change set has

@@ -11,6 +11,9 @@
 //!   derived after commit
 //! - `gate`        indexnow_capture(), the trigger function: skips the watches an UPDATE leaves
 //!   unchanged, derives a small event at once, records the others
+//! - `related`     related tables: from a written parent row to the watched rows that read it
+//! - `partitions`  partitions and inheritance children of a watched table
+//! - `triggers`    the capture triggers: installed, dropped when no watch needs them
 //! - `template`    URL templates and their percent-encoding
 //! - `fingerprint` indexnow_fingerprint(): a key-order-independent md5 of a jsonb row, for custom
 //!   triggers (watches fingerprint in their generated SQL, see `statements`)
@@ -22,4 +25,5 @@ pub mod partitions;
 pub mod related;
 pub mod statements;
 pub mod template;
+pub mod triggers;
 pub mod watch;

@@ -15,6 +15,7 @@
 //! watched table (rows that came with an attached partition are announced, rows that left with a
 //! detached one are removed).
 
+use super::triggers;
 use pgrx::prelude::*;
 
 /// The nearest table above `table` (a partition or inheritance child) with an active watch.
@@ -99,7 +100,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     .unwrap_or_else(|e| error!("indexnow: finding the watched tables of a changed table: {e}"));
     for w in &watched {
         for d in descendants(*w) {
-            super::watch::install_triggers(&ext, &super::watch::table_qualified(d));
+            triggers::install(&ext, &triggers::table_qualified(d));
         }
         if tag == "ALTER TABLE" {
             Spi::run_with_args(
@@ -126,6 +127,26 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     })
     .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
     for t in with_triggers {
-        super::watch::drop_unused_triggers(&ext, t);
+        drop_triggers_if_unused(&ext, t);
     }
+}
+
+/// Drops the capture triggers of `table` when no active watch watches it, a table above it or
+/// reads it.
+pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
+    let used: bool = Spi::get_one_with_args::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches WHERE tbl = $1 AND active) \
+                     OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                                 WHERE r.tbl = $1 AND w.active)"
+        ),
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: removing the capture triggers: {e}"))
+    .unwrap_or(true);
+    if used || watched_ancestor(ext, table).is_some() {
+        return;
+    }
+    triggers::drop(&triggers::table_qualified(table));
 }

@@ -22,32 +22,13 @@
 //!   were told of them), and watching the same pattern again takes them back.
 
 use super::derive::{self, Rows};
-use super::related;
 use super::statements::{quote_ident, PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
+use super::{related, triggers};
 use crate::error::invalid_parameter;
 use crate::queue::{url_hash, Reason, UnknownReason};
 use pgrx::prelude::*;
 use pgrx::PgRelation;
-
-const EVENTS: [(&str, &str, &str); 4] = [
-    (
-        "indexnow_capture_insert",
-        "INSERT",
-        "REFERENCING NEW TABLE AS indexnow_new",
-    ),
-    (
-        "indexnow_capture_update",
-        "UPDATE",
-        "REFERENCING OLD TABLE AS indexnow_old NEW TABLE AS indexnow_new",
-    ),
-    (
-        "indexnow_capture_delete",
-        "DELETE",
-        "REFERENCING OLD TABLE AS indexnow_old",
-    ),
-    ("indexnow_capture_truncate", "TRUNCATE", ""),
-];
 
 const DEFAULT_IGNORE: [&str; 2] = ["created_at", "updated_at"];
 
@@ -407,11 +388,11 @@ fn indexnow_watch(
                 ],
             ),
         );
-        install_triggers(&ext, &table_qualified(r.table));
+        triggers::install(&ext, &triggers::table_qualified(r.table));
     }
-    install_triggers(&ext, &table.qualified);
+    triggers::install(&ext, &table.qualified);
     for d in super::partitions::descendants(oid) {
-        install_triggers(&ext, &table_qualified(d));
+        triggers::install(&ext, &triggers::table_qualified(d));
     }
     let watch = derive::Watch {
         id: watch_id,
@@ -437,7 +418,9 @@ fn indexnow_watch(
         // rather than at autovacuum's next look.
         spi(
             "analyzing the queue",
-            Spi::run(&format!("ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls")),
+            Spi::run(&format!(
+                "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
+            )),
         );
     }
 }
@@ -475,9 +458,9 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    drop_unused_triggers(&ext, oid);
+    super::partitions::drop_triggers_if_unused(&ext, oid);
     for d in super::partitions::descendants(oid) {
-        drop_unused_triggers(&ext, d);
+        super::partitions::drop_triggers_if_unused(&ext, d);
     }
     let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
@@ -495,60 +478,7 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watch's related tables: {e}"));
     for r in related {
-        drop_unused_triggers(&ext, r);
-    }
-}
-
-pub(super) fn table_qualified(oid: pg_sys::Oid) -> String {
-    spi(
-        "naming a table",
-        Spi::get_one_with_args::<String>(
-            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
-               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-            &[oid.into()],
-        ),
-    )
-    .unwrap_or_default()
-}
-
-/// The capture triggers on `table` (quoted, qualified): all call indexnow_capture().
-pub(super) fn install_triggers(ext: &str, table: &str) {
-    for (name, event, referencing) in EVENTS {
-        spi(
-            "installing the capture triggers",
-            Spi::run(&format!(
-                "CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {table} {referencing} \
-                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}.indexnow_capture()"
-            )),
-        );
-    }
-}
-
-/// Drops the capture triggers of `table` when no active watch watches it, a table above it or
-/// reads it.
-pub(super) fn drop_unused_triggers(ext: &str, table: pg_sys::Oid) {
-    let used: bool = spi(
-        "removing the capture triggers",
-        Spi::get_one_with_args::<bool>(
-            &format!(
-                "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches WHERE tbl = $1 AND active) \
-                     OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
-                                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                                 WHERE r.tbl = $1 AND w.active)"
-            ),
-            &[table.into()],
-        ),
-    )
-    .unwrap_or(true);
-    if used || super::partitions::watched_ancestor(ext, table).is_some() {
-        return;
-    }
-    let qualified = table_qualified(table);
-    for (name, _, _) in EVENTS {
-        spi(
-            "removing the capture triggers",
-            Spi::run(&format!("DROP TRIGGER IF EXISTS {name} ON {qualified}")),
-        );
+        super::partitions::drop_triggers_if_unused(&ext, r);
     }
 }
 
@@ -593,12 +523,20 @@ fn indexnow_reconcile(
     TableIterator::new(rows)
 }
 
-/// Derives every change set the capture triggers recorded and no one has derived yet (the
-/// workers do this after each commit; this is for a session that must see the queue now).
-/// Returns how many change sets it derived.
+/// Derives the change sets the capture triggers recorded and no one has derived yet, oldest
+/// first: all of them, or at most `change_sets` (the workers do this after each commit, one
+/// change set a transaction; this is for a session that must see the queue now). Returns how many
+/// change sets it derived.
 #[pg_extern(volatile, parallel_unsafe)]
-fn indexnow_derive() -> i64 {
-    derive::derive_all_change_sets(&crate::extension::schema())
+fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
+    let ext = crate::extension::schema();
+    let mut n = 0;
+    while change_sets.is_none_or(|most| n < most)
+        && derive::derive_one_change_set(&ext, derive::Waiting::Wait)
+    {
+        n += 1;
+    }
+    n
 }
 
 /// For the derive statements: `url` in normal form with its key and host when the row is

@@ -194,26 +194,29 @@ pub struct HostResult {
     pub note: Option<String>,
 }
 
+/// Derives the change sets the capture triggers recorded: all of them in the caller's
+/// transaction, or, for a worker, one a transaction, skipping those another sender derives.
+pub fn derive_change_sets(session: Session) {
+    let ext = || crate::extension::schema();
+    match session {
+        Session::Caller => {
+            derive::derive_all_change_sets(&ext());
+        }
+        Session::Worker { .. } => {
+            while !session.told_to_stop()
+                && session.step(|| derive::derive_one_change_set(&ext(), derive::Waiting::Skip))
+            {
+            }
+        }
+    }
+}
+
 /// One pass. Returns what it did per host (hosts with nothing sent are left out).
 pub fn run_pass(session: Session) -> Vec<HostResult> {
     let settings = Settings::now();
     // What the capture triggers recorded is derived first, sending or not: the queue is what a
     // pass reads (spec behaviour 8).
-    match session {
-        Session::Caller => {
-            derive::derive_all_change_sets(&crate::extension::schema());
-        }
-        Session::Worker { .. } => {
-            while !session.told_to_stop()
-                && session.step(|| {
-                    derive::derive_one_change_set(
-                        &crate::extension::schema(),
-                        derive::Waiting::Skip,
-                    )
-                })
-            {}
-        }
-    }
+    derive_change_sets(session);
     if !settings.enabled {
         return vec![];
     }

@@ -27,7 +27,7 @@ mod wake;
 pub use wake::worker_at_commit;
 
 use crate::guc;
-use crate::send::{run_pass, sleep_before_next_pass, Session};
+use crate::send::{derive_change_sets, run_pass, sleep_before_next_pass, Session};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker,
     SignalWakeFlags,
@@ -270,6 +270,9 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         if enabled {
             registry::set_state(db, State::Sending);
             run_pass(Session::Worker { sender });
+        } else {
+            // Sending is paused; queueing goes on: what the capture triggers recorded is derived.
+            derive_change_sets(Session::Worker { sender });
         }
         let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
         let sleep = BackgroundWorker::transaction(|| sleep_before_next_pass(naptime));

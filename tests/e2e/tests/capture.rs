@@ -267,3 +267,24 @@ fn sigkill_mid_derivation_loses_nothing() {
     );
     assert!(cluster.log().contains("was terminated by signal 9"));
 }
+
+#[test]
+fn the_worker_derives_bulk_statements_while_sending_is_paused() {
+    let cluster = Cluster::start(Options {
+        conf: vec![
+            "indexnow.enabled = off".into(),
+            "indexnow.naptime = '200ms'".into(),
+        ],
+        ..Options::default()
+    });
+    let mut db = site(&cluster);
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) SELECT 'p' || g, 'published' FROM generate_series(1, 500) g",
+    )
+    .unwrap();
+    // No reader is asked: the worker derives what was recorded, though it sends nothing.
+    wait_until("the worker derived the change set", SECONDS(30), || {
+        count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
+    });
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 500);
+}

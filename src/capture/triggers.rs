@@ -1,0 +1,64 @@
+//! The capture triggers every watched table (and every partition of it, and every related table)
+//! carries: four statement-level triggers, all calling `indexnow_capture()` (`super::gate`).
+//! Installed by `indexnow_watch()` and by the partition event trigger, dropped when no active
+//! watch needs them.
+
+use pgrx::prelude::*;
+
+pub const EVENTS: [(&str, &str, &str); 4] = [
+    (
+        "indexnow_capture_insert",
+        "INSERT",
+        "REFERENCING NEW TABLE AS indexnow_new",
+    ),
+    (
+        "indexnow_capture_update",
+        "UPDATE",
+        "REFERENCING OLD TABLE AS indexnow_old NEW TABLE AS indexnow_new",
+    ),
+    (
+        "indexnow_capture_delete",
+        "DELETE",
+        "REFERENCING OLD TABLE AS indexnow_old",
+    ),
+    ("indexnow_capture_truncate", "TRUNCATE", ""),
+];
+
+fn spi<T>(what: &str, r: Result<T, pgrx::spi::Error>) -> T {
+    r.unwrap_or_else(|e| error!("indexnow: {what}: {e}"))
+}
+
+pub fn table_qualified(oid: pg_sys::Oid) -> String {
+    spi(
+        "naming a table",
+        Spi::get_one_with_args::<String>(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[oid.into()],
+        ),
+    )
+    .unwrap_or_default()
+}
+
+/// The capture triggers on `table` (quoted, qualified): all call indexnow_capture().
+pub fn install(ext: &str, table: &str) {
+    for (name, event, referencing) in EVENTS {
+        spi(
+            "installing the capture triggers",
+            Spi::run(&format!(
+                "CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {table} {referencing} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}.indexnow_capture()"
+            )),
+        );
+    }
+}
+
+/// Drops the capture triggers of `table` (quoted, qualified).
+pub fn drop(table: &str) {
+    for (name, _, _) in EVENTS {
+        spi(
+            "removing the capture triggers",
+            Spi::run(&format!("DROP TRIGGER IF EXISTS {name} ON {table}")),
+        );
+    }
+}
