@@ -128,7 +128,10 @@ CREATE TABLE indexnow_sources (
     since       timestamptz NOT NULL,               -- since when this row gives this URL
                                                     --   (-infinity: public before it was watched)
     PRIMARY KEY (watch_id, row_key)
-);
+) WITH (fillfactor = 70);
+-- fillfactor: a content change rewrites the row's fingerprint only (neither indexed column), and
+-- with room on the page that update is HOT. Measured, deriving 10,000 changed rows: the sources
+-- upsert took 295 ms at the default fillfactor, 173 ms at 70.
 CREATE INDEX indexnow_sources_url ON indexnow_sources (url_hash);
 
 -- One row per request made (or per dry-run decision).
