@@ -296,12 +296,17 @@ fn capture_dependents(
 /// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
 /// key and every column the watch does not ignore (columns added to the table after the watch are
 /// compared too: comparing more than the watch's statement does only makes it derive); and
-/// whether some row's key changed (then the old keys are derived too: their rows are gone).
+/// whether a row's key may have changed (then the old keys are recorded too: their rows are gone).
+///
+/// The key counts as changed when the UPDATE's SET list names a key column (PostgreSQL's
+/// `tg_updatedcols`): reading both transition tables to their end to prove every key equal cost
+/// a bulk UPDATE more than recording its keys. A key changed by a BEFORE trigger alone is not seen
+/// (the old row's URL then waits for the next reconcile).
 fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, bool) {
     let relation = data.tg_relation;
     // SAFETY: the descriptor and the key's attribute set belong to the open relation.
     let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let mut compared: Vec<Vec<i16>> = ignores
+    let compared: Vec<Vec<i16>> = ignores
         .iter()
         .map(|ignore| {
             attributes
@@ -311,10 +316,9 @@ fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, boo
                 .collect()
         })
         .collect();
-    compared.push(key);
     let columns: Vec<&[i16]> = compared.iter().map(Vec::as_slice).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
-    let mut changed = unsafe {
+    let changed = unsafe {
         differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
@@ -322,8 +326,17 @@ fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, boo
             &columns,
         )
     };
-    let key_changed = changed.pop().unwrap_or(true);
-    (changed, key_changed)
+    // SAFETY: the set of updated columns belongs to this trigger call (NULL: unknown).
+    let key_set = unsafe {
+        data.tg_updatedcols.is_null()
+            || key.iter().any(|&att| {
+                pg_sys::bms_is_member(
+                    i32::from(att) - pg_sys::FirstLowInvalidHeapAttributeNumber,
+                    data.tg_updatedcols,
+                )
+            })
+    };
+    (changed, key_set)
 }
 
 /// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
