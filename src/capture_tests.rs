@@ -963,3 +963,39 @@ fn with_derive_at_write_zero_a_save_is_recorded_and_derived_after() {
     run("UPDATE pages SET body = 'now' WHERE slug = 'news'");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
+
+#[pg_test]
+fn unpublished_republished_and_unpublished_again_before_the_send_is_still_a_removal() {
+    site();
+    publish("toggle");
+    pushed();
+    run("UPDATE pages SET status = 'draft'");
+    assert_eq!(pending(), "https://www.example.com/th/toggle unpublished");
+    run("UPDATE pages SET status = 'published'");
+    assert_eq!(pending(), "https://www.example.com/th/toggle changed");
+    // Search engines still know it as live: hiding it again is a removal, not a cancellation.
+    run("UPDATE pages SET status = 'draft'");
+    assert_eq!(pending(), "https://www.example.com/th/toggle unpublished");
+}
+
+#[pg_test]
+fn a_key_written_under_another_time_zone_finds_its_source() {
+    run("SET LOCAL TimeZone = 'Asia/Bangkok'");
+    run("CREATE TABLE events (at timestamptz PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('events', url => 'https://www.example.com/e/{slug}')");
+    run("INSERT INTO events VALUES ('2030-01-01 09:00+07', 'launch')");
+    pushed();
+    run("SET LOCAL TimeZone = 'America/New_York'");
+    run("DELETE FROM events");
+    assert_eq!(pending(), "https://www.example.com/e/launch deleted");
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 0);
+}
+
+#[pg_test]
+fn status_in_a_read_only_transaction_reports_without_deriving() {
+    site();
+    run("INSERT INTO pages (slug, title, body, status) SELECT 'p' || g, 'T', 'B', 'published' FROM generate_series(1, 300) g");
+    run("SET LOCAL transaction_read_only = on");
+    assert_eq!(count("SELECT count(*) FROM indexnow_status()"), 1);
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+}

@@ -12,9 +12,17 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 
-/// Runs `f` in a subtransaction; the ERROR's message if it raised one (the subtransaction is then
-/// rolled back). A cancel is raised again.
-pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+/// An ERROR caught by [`run`].
+pub struct Failure {
+    pub message: String,
+    /// Not the work's fault and gone if it is tried again (a deadlock, a serialization failure,
+    /// a lock timeout, memory or disk running out): the work must not be given up for it.
+    pub transient: bool,
+}
+
+/// Runs `f` in a subtransaction; the ERROR if it raised one (the subtransaction is then rolled
+/// back). A cancel is raised again.
+pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, Failure> {
     // SAFETY: the subtransaction is begun and ended here, around code that either returns or
     // raises into the catch below; the memory context and resource owner are put back after,
     // as PL/pgSQL does for its exception blocks.
@@ -43,10 +51,25 @@ pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, String> {
                 CaughtError::PostgresError(e) | CaughtError::ErrorReport(e) => e,
                 CaughtError::RustPanic { ereport, .. } => ereport,
             };
-            if report.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
+            let code = report.sql_error_code();
+            if code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
                 (*caught).rethrow();
             }
-            report.message().to_string()
+            Failure {
+                message: report.message().to_string(),
+                transient: matches!(
+                    code,
+                    PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE
+                        | PgSqlErrorCode::ERRCODE_T_R_DEADLOCK_DETECTED
+                        | PgSqlErrorCode::ERRCODE_TRANSACTION_ROLLBACK
+                        | PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE
+                        | PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY
+                        | PgSqlErrorCode::ERRCODE_DISK_FULL
+                        | PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES
+                        | PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED
+                        | PgSqlErrorCode::ERRCODE_IO_ERROR
+                ),
+            }
         })
     }
 }

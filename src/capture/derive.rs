@@ -184,7 +184,11 @@ struct Run {
     writes: i64,
 }
 
-fn run_statement(watch: &Watch, rows: &Rows, absent: Reason) -> Result<Run, String> {
+fn run_statement(
+    watch: &Watch,
+    rows: &Rows,
+    absent: Reason,
+) -> Result<Run, subtransaction::Failure> {
     let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match rows {
         Rows::Keyed(keys) => (
             &watch.derive_keys,
@@ -240,8 +244,11 @@ impl Skipped {
 }
 
 /// Derives `rows` for `watch`. Rows that cannot be derived are skipped with one WARNING; the
-/// others are derived. Returns what was queued, and whether anything was written.
-pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> (Derived, bool) {
+/// others are derived. Returns what was queued, and whether anything was written; or, when the
+/// derivation failed for a reason that is gone if it is tried again (a deadlock, a serialization
+/// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
+/// the rows for later.
+pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
     let mut settings = pinned_settings(&watch.search_path).to_vec();
     if matches!(rows, Rows::Keyed(_)) {
         // At most 10,000 keys: index probes are always the plan. Without statistics on the
@@ -261,26 +268,26 @@ pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> (Derived, bool) {
                 wrote = run.writes > 0 || run.derived != Derived::default();
                 skipped.add(run.problems, run.problem);
             }
-            Err(message) => {
+            Err(failure) if failure.transient => return Err(failure.message),
+            Err(failure) => {
                 // Broken whatever the rows (a column it names is gone)? Then nothing can be
                 // derived; else find the rows that fail.
-                if let Err(m) = run_statement(watch, &Rows::Keyed(Value::Array(vec![])), absent) {
-                    broken = Some(m);
-                } else {
-                    let keys = match rows {
-                        Rows::Keyed(Value::Array(keys)) => keys,
-                        Rows::Keyed(_) => vec![],
-                        Rows::All => all_keys(watch),
-                    };
-                    bisect(
-                        watch,
-                        &keys,
-                        absent,
-                        message,
-                        &mut derived,
-                        &mut wrote,
-                        &mut skipped,
-                    );
+                match run_statement(watch, &Rows::Keyed(Value::Array(vec![])), absent) {
+                    Err(f) if f.transient => return Err(f.message),
+                    Err(f) => broken = Some(f.message),
+                    Ok(_) => {
+                        let keys = match rows {
+                            Rows::Keyed(Value::Array(keys)) => keys,
+                            Rows::Keyed(_) => vec![],
+                            Rows::All => all_keys(watch),
+                        };
+                        let mut found = Found {
+                            derived: &mut derived,
+                            wrote: &mut wrote,
+                            skipped: &mut skipped,
+                        };
+                        bisect(watch, &keys, absent, failure.message, &mut found)?;
+                    }
                 }
             }
         }
@@ -305,37 +312,45 @@ pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> (Derived, bool) {
                 ),
             );
         }
-        (derived, wrote)
+        Ok((derived, wrote))
     })
 }
 
-/// Derives `keys` in halves until the rows that fail are alone; those are skipped.
+/// What a bisection adds up.
+struct Found<'a> {
+    derived: &'a mut Derived,
+    wrote: &'a mut bool,
+    skipped: &'a mut Skipped,
+}
+
+/// Derives `keys` in halves until the rows that fail are alone; those are skipped. A transient
+/// failure on the way stops it (see [`derive`]).
 fn bisect(
     watch: &Watch,
     keys: &[Value],
     absent: Reason,
     message: String,
-    derived: &mut Derived,
-    wrote: &mut bool,
-    skipped: &mut Skipped,
-) {
+    found: &mut Found<'_>,
+) -> Result<(), String> {
     if keys.len() <= 1 {
         if let Some(key) = keys.first() {
-            skipped.add(1, Some(format!("{key}: {message}")));
+            found.skipped.add(1, Some(format!("{key}: {message}")));
         }
-        return;
+        return Ok(());
     }
     let (left, right) = keys.split_at(keys.len() / 2);
     for half in [left, right] {
         match run_statement(watch, &Rows::Keyed(Value::Array(half.to_vec())), absent) {
             Ok(run) => {
-                *derived += run.derived;
-                *wrote |= run.writes > 0 || run.derived != Derived::default();
-                skipped.add(run.problems, run.problem);
+                *found.derived += run.derived;
+                *found.wrote |= run.writes > 0 || run.derived != Derived::default();
+                found.skipped.add(run.problems, run.problem);
             }
-            Err(m) => bisect(watch, half, absent, m, derived, wrote, skipped),
+            Err(f) if f.transient => return Err(f.message),
+            Err(f) => bisect(watch, half, absent, f.message, found)?,
         }
     }
+    Ok(())
 }
 
 /// Every key the whole-table derivation covers, for finding the rows that fail.
@@ -402,7 +417,7 @@ pub enum Waiting {
 /// it) and deletes it. False when there was none.
 pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
     // A read first: an idle worker's pass takes no transaction id.
-    if !change_sets_waiting(ext) {
+    if !change_sets_waiting(ext) || !may_derive_here() {
         return false;
     }
     let lock = match waiting {
@@ -438,7 +453,14 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
             Some(JsonB(keys)) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
-        wrote |= derive(&watch, rows, Reason::Deleted).1;
+        match derive(&watch, rows, Reason::Deleted) {
+            Ok((_, w)) => wrote |= w,
+            // The change set stays: this transaction ends, and it is derived again.
+            Err(message) => error!(
+                "indexnow: deriving a change set of {} failed, it is kept for the next try: {message}",
+                watch.table
+            ),
+        }
     }
     if keys.is_none() {
         vacate_inactive(ext, table, Reason::Deleted);
@@ -456,6 +478,18 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
         crate::worker::worker_at_commit();
     }
     true
+}
+
+/// Whether this transaction may derive: it can write, and it reads at READ COMMITTED (a snapshot
+/// taken earlier would make the queue upserts fail against a sender's updates, as a writer's
+/// would). Elsewhere a reader reports what the workers derived.
+fn may_derive_here() -> bool {
+    // SAFETY: plain reads of this backend's transaction state.
+    unsafe {
+        !pg_sys::XactReadOnly
+            && !pg_sys::RecoveryInProgress()
+            && pg_sys::XactIsoLevel == pg_sys::XACT_READ_COMMITTED as i32
+    }
 }
 
 /// Derives every change set there is, in the calling transaction (a reader). Returns how many.

@@ -225,7 +225,9 @@ fn capture_own_rows(
     if let Some(JsonB(keys)) = keys {
         let ids = watches.iter().map(|w| w.id).collect();
         for watch in derive::watches_by_id(ext, ids) {
-            derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted);
+            if derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
+                record_keys(ext, &watch, keys.clone()); // a deadlock or the like: derived later
+            }
         }
     }
 }
@@ -269,26 +271,11 @@ fn capture_dependents(
             continue;
         };
         if read_committed && n <= derive_at_write() {
-            derive::derive(&watch, Rows::Keyed(keys), Reason::Deleted);
+            if derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
+                record_keys(ext, &watch, keys); // a deadlock or the like: derived later
+            }
         } else {
-            let sql = format!(
-                "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-                 SELECT $1::pg_catalog.regclass::pg_catalog.oid, ARRAY[$2], pg_catalog.jsonb_agg(e) \
-                   FROM pg_catalog.jsonb_array_elements($3) WITH ORDINALITY AS a(e, n) \
-                  GROUP BY (n - 1) / {}",
-                super::statements::CHANGE_SET_KEYS
-            );
-            Spi::run_with_args(
-                &sql,
-                &[
-                    watch.table.as_str().into(),
-                    watch.id.into(),
-                    JsonB(keys).into(),
-                ],
-            )
-            .unwrap_or_else(|e| {
-                error!("indexnow: could not record the rows this statement changed: {e}")
-            });
+            record_keys(ext, &watch, keys);
         }
     }
 }
@@ -496,4 +483,24 @@ unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
         .collect();
     pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
     names
+}
+
+/// Records `keys` (`[[k0, ...], ...]`) of `watch`'s table as change sets for that watch.
+fn record_keys(ext: &str, watch: &Watch, keys: serde_json::Value) {
+    let sql = format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         SELECT $1::pg_catalog.regclass::pg_catalog.oid, ARRAY[$2], pg_catalog.jsonb_agg(e) \
+           FROM pg_catalog.jsonb_array_elements($3) WITH ORDINALITY AS a(e, n) \
+          GROUP BY (n - 1) / {}",
+        super::statements::CHANGE_SET_KEYS
+    );
+    Spi::run_with_args(
+        &sql,
+        &[
+            watch.table.as_str().into(),
+            watch.id.into(),
+            JsonB(keys).into(),
+        ],
+    )
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
 }

@@ -19,7 +19,10 @@
 //! - A live request is `changed` when search engines were last told the URL is live, else
 //!   `created`; a scheduled one waits for its publication time (`available_at`).
 //! - A removal is sent only when search engines were told of the URL while this row gave it (its
-//!   last push is later than the source's `since`, a clock time), or a push of it is in flight. Otherwise the URL
+//!   last push is later than the source's `since`, a clock time), or a push of it is in flight.
+//!   A row that gives again a URL whose removal is still pending (unpublished, then republished
+//!   before the removal went out) takes `since` from that URL's last push: search engines still
+//!   know it as live from this row. Otherwise the URL
 //!   was never public as far as they know: its pending request is cancelled (settled unsent). An
 //!   ORM's insert-then-rename, a draft, a scheduled post cancelled before its time announce
 //!   nothing.
@@ -169,6 +172,23 @@ impl WatchDefinition {
         }
     }
 
+    /// The keys `$1` (a jsonb array of key arrays), each rebuilt from its typed values under the
+    /// derivation's pinned settings: a key recorded by a writer whose `TimeZone` or
+    /// `bytea_output` differs (a `timestamptz` key's offset) compares equal to the source's.
+    fn normal_keys(&self) -> String {
+        let cols = self
+            .key
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("(e ->> {i})::{ty}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT DISTINCT pg_catalog.jsonb_build_array({cols}) AS row_key \
+               FROM pg_catalog.jsonb_array_elements($1) e"
+        )
+    }
+
     fn key_names(&self) -> Vec<String> {
         self.key.iter().map(|(k, _)| k.clone()).collect()
     }
@@ -275,8 +295,7 @@ impl WatchDefinition {
         let id = self.watch_id;
         let (keys, sources) = if keyed {
             (
-                "k AS (SELECT DISTINCT e AS row_key FROM pg_catalog.jsonb_array_elements($1) e), "
-                    .to_string(),
+                format!("k AS ({}), ", self.normal_keys()),
                 format!(
                     "SELECT s.* FROM k JOIN {ext}.indexnow_sources s \
                        ON s.watch_id = {id} AND s.row_key = k.row_key"
@@ -327,7 +346,7 @@ impl WatchDefinition {
                         SELECT FROM {ext}.indexnow_sources s \
                          WHERE s.url_hash = pr.old_hash \
                            AND (s.watch_id <> {id} OR s.row_key NOT IN (SELECT row_key FROM pr))) \
-                ORDER BY pr.old_hash, pr.present), \
+                ORDER BY pr.old_hash, announced DESC), \
              q AS ( \
                INSERT INTO {ext}.indexnow_urls AS u \
                  (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
@@ -347,9 +366,13 @@ impl WatchDefinition {
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources AS s \
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
-               SELECT {id}, row_key, new_hash, new_url, new_host, new_fp, new_pub_at, \
-                      CASE WHEN old_hash = new_hash THEN since ELSE clock_timestamp() END \
-                 FROM ch \
+               SELECT {id}, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, \
+                      ch.new_pub_at, \
+                      CASE WHEN ch.old_hash = ch.new_hash THEN ch.since \
+                           WHEN u.request_seq > u.settled_seq AND u.reason IN ({removals}) \
+                                AND u.last_pushed_at IS NOT NULL THEN u.last_pushed_at \
+                           ELSE clock_timestamp() END \
+                 FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
                   url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
                   publish_at = excluded.publish_at, since = excluded.since \
@@ -378,9 +401,9 @@ impl WatchDefinition {
         let ext = &self.ext;
         let id = self.watch_id;
         let keys = if keyed {
-            "k AS (SELECT DISTINCT e AS row_key FROM pg_catalog.jsonb_array_elements($1) e), "
+            format!("k AS ({}), ", self.normal_keys())
         } else {
-            ""
+            String::new()
         };
         format!(
             "WITH {keys}d AS ({rows}), {current}, \
@@ -392,9 +415,10 @@ impl WatchDefinition {
                       CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END FROM pub \
                ON CONFLICT (watch_id, row_key) DO NOTHING RETURNING 1), \
              urls AS ( \
-               SELECT DISTINCT ON (url_hash) url, url_hash, host, pub_at > now() AS scheduled, \
+               SELECT DISTINCT ON (url_hash) url, url_hash, host, \
+                      coalesce(pub_at > now(), false) AS scheduled, \
                       greatest(pub_at, now()) AS available_at \
-                 FROM pub ORDER BY url_hash, pub_at > now()), \
+                 FROM pub ORDER BY url_hash, coalesce(pub_at > now(), false)), \
              q AS ( \
                INSERT INTO {ext}.indexnow_urls AS u \
                  (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \

@@ -405,7 +405,8 @@ fn indexnow_watch(
         ext: ext.clone(),
     };
     if previous.is_some() {
-        derive::derive(&watch, Rows::All, Reason::Gone);
+        derive::derive(&watch, Rows::All, Reason::Gone)
+            .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
     } else {
         // The baseline runs as a derivation does (a row that fails is skipped alone).
         let baseline = derive::Watch {
@@ -413,7 +414,8 @@ fn indexnow_watch(
             derive_all: sql.baseline,
             ..watch
         };
-        derive::derive(&baseline, Rows::All, Reason::Gone);
+        derive::derive(&baseline, Rows::All, Reason::Gone)
+            .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
         // The baseline may have written many rows: give the planner their statistics now
         // rather than at autovacuum's next look.
         spi(
@@ -512,7 +514,8 @@ fn indexnow_reconcile(
     let mut rows: Vec<_> = watches
         .iter()
         .map(|watch| {
-            let (d, _) = derive::derive(watch, Rows::All, Reason::Gone);
+            let (d, _) = derive::derive(watch, Rows::All, Reason::Gone)
+                .unwrap_or_else(|e| error!("indexnow_reconcile: deriving {}: {e}", watch.table));
             (watch.pattern.clone(), d.created, d.changed, d.removed)
         })
         .collect();

@@ -444,7 +444,12 @@ fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed
     let ids = sources.iter().map(|(id, _)| *id).collect();
     for watch in derive::watches_by_id(&ext, ids) {
         for (_, keys) in sources.iter().filter(|(id, _)| *id == watch.id) {
-            derive::derive(&watch, Rows::Keyed(keys.0.clone()), Reason::Gone);
+            derive::derive(&watch, Rows::Keyed(keys.0.clone()), Reason::Gone).unwrap_or_else(|e| {
+                error!(
+                    "indexnow: re-reading scheduled pages of {}: {e}",
+                    watch.table
+                )
+            });
         }
     }
     // Still as claimed: the same request, pending, and its time has come.
