@@ -161,7 +161,8 @@ echo "(× = how many times longer a save takes than on the plain table)"
 
 # With the worker: a single save, from its commit to the POST reaching the receiver (what the
 # saves above queued is settled first, so the worker has no backlog to send before it).
-psql -c "SELECT indexnow_derive()" -c "UPDATE indexnow_urls SET settled_seq = request_seq" >/dev/null
+psql -c "SELECT indexnow_derive()" \
+  -c "UPDATE indexnow_urls SET settled_seq = request_seq WHERE request_seq > settled_seq" >/dev/null
 echo "shared_preload_libraries = 'indexnow'" >> "$dir/data/postgresql.conf"
 sudo -n -u postgres "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w restart >/dev/null
 until psql -Atc "SELECT worker FROM indexnow_status()" | grep -q "running: idle"; do sleep 0.5; done
