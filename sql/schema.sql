@@ -64,8 +64,9 @@ CREATE INDEX indexnow_urls_failed ON indexnow_urls (host) WHERE failed_at IS NOT
 -- What indexnow_watch() set up: one row per watched table and URL pattern, with the statements it
 -- generated (src/capture/statements.rs) to derive the watch's URLs from rows of the table: for
 -- the rows named by a change set (`derive_keys`) and for the whole table (`derive_all`, for
--- TRUNCATE and indexnow_reconcile()). `indexnow_unwatch()` keeps the row, inactive, while URLs it
--- gave are still known to search engines, so their removals stay owed.
+-- TRUNCATE and indexnow_reconcile()); a new watch's baseline is generated and run once, not kept.
+-- `indexnow_unwatch()` keeps the row, inactive, while URLs it gave are still known to search
+-- engines, so their removals stay owed.
 CREATE TABLE indexnow_watches (
     id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tbl           regclass NOT NULL,
@@ -81,7 +82,6 @@ CREATE TABLE indexnow_watches (
     active        boolean NOT NULL DEFAULT true,    -- false: unwatched, removals still owed
     derive_keys   text NOT NULL,
     derive_all    text NOT NULL,
-    baseline      text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
     CHECK ((url IS NULL) <> (url_sql IS NULL))
 );

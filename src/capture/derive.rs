@@ -377,21 +377,14 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
 
 /// `jsonb_build_array(r.k0, ...)` for the primary key of `table` (a regclass name).
 fn table_row_key(table: &str) -> String {
-    let key: Vec<String> = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT a.attname::text FROM pg_catalog.pg_index i \
-                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-                  WHERE i.indrelid = $1::regclass AND i.indisprimary \
-                  ORDER BY array_position(i.indkey::int2[], a.attnum)",
-                None,
-                &[table.into()],
-            )?
-            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading the key of {table}: {e}"));
-    super::statements::row_key(&key, "r")
+    let oid = Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
+        &[table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| error!("indexnow: {table} is not a table"));
+    super::statements::row_key(&super::partitions::key_names(oid), "r")
 }
 
 fn warn(watch: &Watch, message: String) {

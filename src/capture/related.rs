@@ -76,7 +76,7 @@ pub fn plan(
     all.push(watched);
     let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
     let names: HashMap<pg_sys::Oid, String> = tables.iter().map(|t| (t.0, t.1.clone())).collect();
-    let watched_name = table_name(watched).map_err(|e| e.to_string())?;
+    let watched_name = super::triggers::table_qualified(watched);
     tables
         .iter()
         .map(|(oid, _, label)| {
@@ -84,7 +84,7 @@ pub fn plan(
                 format!(
                     "related table {label} is not reachable from {} through foreign keys among \
                      the watched and related tables",
-                    table_label(watched).unwrap_or_default()
+                    watched_name
                 )
             })?;
             Ok(Relation {
@@ -183,24 +183,6 @@ fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Er
             })
             .collect()
     })
-}
-
-fn table_name(oid: pg_sys::Oid) -> Result<String, pgrx::spi::Error> {
-    Spi::get_one_with_args::<String>(
-        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-        &[oid.into()],
-    )
-    .map(Option::unwrap_or_default)
-}
-
-fn table_label(oid: pg_sys::Oid) -> Result<String, pgrx::spi::Error> {
-    Spi::get_one_with_args::<String>(
-        "SELECT format('%s.%s', n.nspname, c.relname) FROM pg_catalog.pg_class c \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
-        &[oid.into()],
-    )
-    .map(Option::unwrap_or_default)
 }
 
 /// The written rows of a trigger event as the `dependents` query reads them: the parent key

@@ -326,9 +326,8 @@ fn indexnow_watch(
             Spi::get_one_with_args(
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                       publish_at, hidden_reason, search_path, time_zone, derive_keys, derive_all, \
-                       baseline) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, '', '', '') \
+                       publish_at, hidden_reason, search_path, time_zone, derive_keys, derive_all) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, '', '') \
                      RETURNING id"
                 ),
                 &args(),
@@ -353,14 +352,12 @@ fn indexnow_watch(
         "storing the watch",
         Spi::run_with_args(
             &format!(
-                "UPDATE {ext}.indexnow_watches SET derive_keys = $2, derive_all = $3, \
-                   baseline = $4 WHERE id = $1"
+                "UPDATE {ext}.indexnow_watches SET derive_keys = $2, derive_all = $3 WHERE id = $1"
             ),
             &[
                 watch_id.into(),
                 sql.derive_keys.as_str().into(),
                 sql.derive_all.as_str().into(),
-                sql.baseline.as_str().into(),
             ],
         ),
     );

@@ -313,3 +313,12 @@ pub fn sending_conf(endpoint: &str, extra: &[&str]) -> Vec<String> {
     conf.extend(extra.iter().map(|s| s.to_string()));
     conf
 }
+
+/// `kill -9 pid`: a process that dies without cleaning up (the postmaster restarts every process).
+pub fn sigkill(pid: i32) {
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {pid}");
+}

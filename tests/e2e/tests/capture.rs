@@ -1,6 +1,6 @@
 //! Capture on a real cluster: what needs commits, real client programs, or DROP EXTENSION.
 
-use indexnow_e2e::{count, wait_until, Cluster, Options};
+use indexnow_e2e::{count, sigkill, wait_until, Cluster, Options};
 
 const SECONDS: fn(u64) -> std::time::Duration = std::time::Duration::from_secs;
 use postgres::Client;
@@ -15,6 +15,21 @@ fn site(cluster: &Cluster) -> Client {
     )
     .unwrap();
     db
+}
+
+/// Publishes page `slug` and marks what is pending as pushed, as a push after the save would (in a
+/// transaction of its own: a later clock than the save's).
+fn publish_and_push(db: &mut Client, slug: &str) {
+    db.execute(
+        "INSERT INTO pages (slug, status) VALUES ($1, 'published')",
+        &[&slug],
+    )
+    .unwrap();
+    db.batch_execute(
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now() WHERE request_seq > settled_seq",
+    )
+    .unwrap();
 }
 
 fn queued(db: &mut Client) -> Vec<String> {
@@ -61,13 +76,7 @@ fn a_rolled_back_update_queues_nothing() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
     let mut other = cluster.connect("site");
-    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
-        .unwrap();
-    db.batch_execute(
-        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now()",
-    )
-    .unwrap();
+    publish_and_push(&mut db, "a");
     let mut tx = db.transaction().unwrap();
     tx.batch_execute("UPDATE pages SET slug = 'b', body = 'x'")
         .unwrap();
@@ -166,14 +175,7 @@ fn unwatch_then_drop_extension_leaves_a_clean_table() {
 fn pg_dump_and_restore_keep_the_watch_working() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
-    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
-        .unwrap();
-    // As a push after the save would (another transaction: a later clock).
-    db.batch_execute(
-        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now()",
-    )
-    .unwrap();
+    publish_and_push(&mut db, "a");
     let mut restored = cluster.dump_and_restore("site", "restored");
     restored
         .batch_execute("UPDATE pages SET slug = 'b'")
@@ -191,14 +193,7 @@ fn pg_dump_and_restore_keep_the_watch_working() {
 fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
-    db.batch_execute("INSERT INTO pages (slug, status) VALUES ('a', 'published')")
-        .unwrap();
-    // As a push after the save would (another transaction: a later clock).
-    db.batch_execute(
-        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
-           last_pushed_at = now()",
-    )
-    .unwrap();
+    publish_and_push(&mut db, "a");
     let mut writer = cluster.connect("site");
     let mut tx = writer
         .build_transaction()
@@ -241,11 +236,7 @@ fn sigkill_mid_derivation_loses_nothing() {
         )
         .unwrap()
         .get(0);
-    let status = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigkill(pid);
     drop(db);
     // The postmaster restarts every process; the worker derives what is left.
     let mut db = loop {

@@ -2,7 +2,7 @@
 //! per-database workers), and the local IndexNow receiver answering as scripted.
 
 use indexnow_e2e::{
-    count, sending_conf, wait_until, wait_until_settled, worker_state, Cluster, Options,
+    count, sending_conf, sigkill, wait_until, wait_until_settled, worker_state, Cluster, Options,
 };
 use indexnow_receiver::{Received, Receiver, Reply};
 use std::collections::{HashMap, HashSet};
@@ -597,11 +597,7 @@ fn sigkill_mid_push_loses_nothing_and_resends_nothing_accepted() {
         receiver.arrived() == 2
     });
     let pid = worker_pid(&mut db, "killed").expect("a worker serves the database");
-    let status = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sigkill(pid);
     drop(db);
     // The postmaster restarts every process; the lease of the hung batch runs out; all is sent.
     wait_until("all 15 URLs are accepted", SECONDS(90), || {
