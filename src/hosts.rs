@@ -3,14 +3,14 @@
 //! Keys are readable only by the extension's owner (see `sql/security.sql`): a key lets anyone
 //! submit URLs in the site's name.
 
-use crate::error::invalid_parameter;
+use crate::error::{invalid_parameter, shown};
 use pgrx::prelude::*;
 
 /// Add a host with its key, or replace the key (and key location) of a host already added.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
     let host = indexnow_protocol::normalise_host(host).unwrap_or_else(|e| {
-        invalid_parameter(format!("indexnow: host {host:?} is not usable: {e}"))
+        invalid_parameter(format!("indexnow: host {} is not usable: {e}", shown(host)))
     });
     indexnow_protocol::check_key(key)
         .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")));

@@ -1,7 +1,10 @@
 //! URL templates: `https://www.example.com/th/{slug}` — literal text with `{column}` parts that take
 //! the row's values, percent-encoded as one path segment (so a `/` or `?` in a slug cannot change
-//! the URL's shape). `{{` and `}}` stand for literal braces.
+//! the URL's shape). `{{` and `}}` stand for literal braces. A value that is empty, `.` or `..`
+//! makes no URL (the row is skipped, as for a NULL): as a whole segment it would name another page
+//! (`/th/` or the parent folder; URL parsers treat even `%2E%2E` as `..`).
 
+use crate::error::shown;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use pgrx::prelude::*;
 
@@ -18,14 +21,31 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-pub fn encode_part(value: &str) -> String {
-    utf8_percent_encode(value, SEGMENT).to_string()
+/// One `{column}` value as it goes into a URL, or `None` when it cannot (see the module's comment).
+pub fn encode_part(value: &str) -> Option<String> {
+    if matches!(value, "" | "." | "..") {
+        return None;
+    }
+    Some(utf8_percent_encode(value, SEGMENT).to_string())
 }
 
-/// One `{column}` value, encoded for a URL template.
+/// One `{column}` value, encoded for a URL template (NULL: no URL).
 #[pg_extern(immutable, strict, parallel_safe)]
-fn indexnow_url_part(value: &str) -> String {
+fn indexnow_url_part(value: &str) -> Option<String> {
     encode_part(value)
+}
+
+/// The URL a template makes of a row whose `{column}` values `value_of` gives, as the derivation
+/// statement builds it in SQL (`crate::capture::statements`): literals, and each value encoded.
+#[cfg(test)]
+pub fn render<'a>(parts: &[Part], value_of: impl Fn(&str) -> Option<&'a str>) -> Option<String> {
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Literal(text) => Some(text.clone()),
+            Part::Column(c) => value_of(c).and_then(encode_part),
+        })
+        .collect()
 }
 
 pub fn parse(template: &str) -> Result<Vec<Part>, String> {
@@ -48,21 +68,32 @@ pub fn parse(template: &str) -> Result<Vec<Part>, String> {
                     match chars.next() {
                         Some('}') => break,
                         Some('{') | None => {
-                            return Err(format!("url template {template:?} has an unclosed '{{'"))
+                            return Err(format!(
+                                "url template {} has an unclosed '{{'",
+                                shown(template)
+                            ))
                         }
                         Some(c) => name.push(c),
                     }
                 }
                 let name = name.trim().to_string();
                 if name.is_empty() {
-                    return Err(format!("url template {template:?} has an empty {{}}"));
+                    return Err(format!(
+                        "url template {} has an empty {{}}",
+                        shown(template)
+                    ));
                 }
                 if !literal.is_empty() {
                     parts.push(Part::Literal(std::mem::take(&mut literal)));
                 }
                 parts.push(Part::Column(name));
             }
-            '}' => return Err(format!("url template {template:?} has a '}}' with no '{{'")),
+            '}' => {
+                return Err(format!(
+                    "url template {} has a '}}' with no '{{'",
+                    shown(template)
+                ))
+            }
             c => literal.push(c),
         }
     }
@@ -71,8 +102,9 @@ pub fn parse(template: &str) -> Result<Vec<Part>, String> {
     }
     if !parts.iter().any(|p| matches!(p, Part::Column(_))) {
         return Err(format!(
-            "url template {template:?} names no column: every row would have the same URL \
-             (write {{column}} for the row's values)"
+            "url template {} names no column: every row would have the same URL \
+             (write {{column}} for the row's values)",
+            shown(template)
         ));
     }
     Ok(parts)
@@ -163,9 +195,77 @@ mod tests {
 
     #[test]
     fn encodes_one_segment() {
-        assert_eq!(encode_part("hello world"), "hello%20world");
-        assert_eq!(encode_part("a/b?c#d"), "a%2Fb%3Fc%23d");
-        assert_eq!(encode_part("ข่าว"), "%E0%B8%82%E0%B9%88%E0%B8%B2%E0%B8%A7");
-        assert_eq!(encode_part("A-z_0.9~"), "A-z_0.9~");
+        let encoded = |v: &str| encode_part(v).unwrap();
+        assert_eq!(encoded("hello world"), "hello%20world");
+        assert_eq!(encoded("a/b?c#d"), "a%2Fb%3Fc%23d");
+        assert_eq!(encoded("ข่าว"), "%E0%B8%82%E0%B9%88%E0%B8%B2%E0%B8%A7");
+        assert_eq!(encoded("A-z_0.9~"), "A-z_0.9~");
+        assert_eq!(encoded("..."), "...");
+        for none in ["", ".", ".."] {
+            assert_eq!(encode_part(none), None, "{none:?}");
+        }
+    }
+
+    /// The path segments and host of a URL the rules accept, or `None`.
+    fn shape(url: &str) -> Option<(String, usize)> {
+        let accepted = indexnow_protocol::submittable_url(url).ok()?;
+        let parsed = url::Url::parse(&accepted.url).ok()?;
+        Some((accepted.host, parsed.path_segments()?.count()))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 3_000, ..Default::default()
+        })]
+
+        /// Whatever a row holds, a `{column}` in the path is one segment of it: it never adds or
+        /// takes away a segment, and never changes the host.
+        #[test]
+        fn a_value_never_changes_the_shape_of_the_url(
+            slug in proptest::prelude::any::<String>(),
+            lang in "(th|en|\\.|\\.\\.|/|%2e|%2E%2E|\\?|#|@|:|[ -~]{0,6})",
+        ) {
+            let template = parse("https://www.example.com/{lang}/{slug}.html").unwrap();
+            let value = |c: &str| Some(if c == "lang" { lang.as_str() } else { slug.as_str() });
+            if let Some(url) = render(&template, value) {
+                if let Some((host, segments)) = shape(&url) {
+                    proptest::prop_assert_eq!(host, "www.example.com", "{}", url);
+                    proptest::prop_assert_eq!(segments, 2, "{}", url);
+                }
+            }
+            let whole = parse("https://www.example.com/th/{slug}").unwrap();
+            if let Some(url) = render(&whole, |_| Some(slug.as_str())) {
+                if let Some((host, segments)) = shape(&url) {
+                    proptest::prop_assert_eq!(host, "www.example.com", "{}", url);
+                    proptest::prop_assert_eq!(segments, 2, "{}", url);
+                }
+            }
+        }
+
+        /// A `{column}` in the host stays inside its label: the site is still the template's.
+        #[test]
+        fn a_value_in_the_host_stays_under_the_templates_domain(
+            sub in proptest::prelude::any::<String>(),
+        ) {
+            let template = parse("https://{sub}.example.com/x").unwrap();
+            if let Some(url) = render(&template, |_| Some(sub.as_str())) {
+                if let Some((host, segments)) = shape(&url) {
+                    proptest::prop_assert!(host.ends_with(".example.com"), "{}", url);
+                    proptest::prop_assert_eq!(segments, 1, "{}", url);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dot_segments_make_no_url() {
+        let whole = parse("https://www.example.com/th/{slug}").unwrap();
+        for slug in ["", ".", ".."] {
+            assert_eq!(render(&whole, |_| Some(slug)), None, "{slug:?}");
+        }
+        assert_eq!(
+            render(&whole, |_| Some("a/../b")).as_deref(),
+            Some("https://www.example.com/th/a%2F..%2Fb")
+        );
     }
 }

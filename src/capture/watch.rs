@@ -25,7 +25,7 @@ use super::derive::{self, Rows};
 use super::statements::{quote_ident, PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
 use super::{related, triggers};
-use crate::error::invalid_parameter;
+use crate::error::{invalid_parameter, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use pgrx::prelude::*;
 use pgrx::PgRelation;
@@ -163,11 +163,12 @@ fn indexnow_watch(
             let parts = template::parse(t).unwrap_or_else(|e| watch_error(e));
             if let Some(c) = template::columns(&parts).find(|c| !has_column(c)) {
                 watch_error(format!(
-                    "url template {t:?} names column \"{c}\", which {label} does not have"
+                    "url template {} names column \"{c}\", which {label} does not have",
+                    shown(t)
                 ));
             }
             if let Some(problem) = template::literal_problem(&parts) {
-                watch_error(format!("url template {t:?} {problem}"));
+                watch_error(format!("url template {} {problem}", shown(t)));
             }
             (t.to_string(), UrlSource::Template(parts))
         }
@@ -564,23 +565,22 @@ fn indexnow_capture_target(
             None,
             None,
             None,
-            Some("its URL could not be built (a value it needs is NULL)".to_string()),
+            Some(
+                "its URL could not be built (a value it needs is NULL, empty, \".\" or \"..\")"
+                    .to_string(),
+            ),
         ),
         Some(url) => match indexnow_protocol::submittable_url(url) {
             Ok(t) => {
                 let hash = url_hash(&t.url);
                 (Some(t.url), Some(hash), Some(t.host), None)
             }
-            Err(problem) => {
-                let shown: String = url.chars().take(200).collect();
-                let more = if shown.len() < url.len() { "..." } else { "" };
-                (
-                    None,
-                    None,
-                    None,
-                    Some(format!("cannot queue {shown:?}{more}: {problem}")),
-                )
-            }
+            Err(problem) => (
+                None,
+                None,
+                None,
+                Some(format!("cannot queue {}: {problem}", shown(url))),
+            ),
         },
     };
     TableIterator::new(vec![row])

@@ -18,7 +18,7 @@ mod reason;
 
 pub use reason::{Reason, UnknownReason};
 
-use crate::error::invalid_parameter;
+use crate::error::{invalid_parameter, shown};
 use pgrx::prelude::*;
 use sha1::{Digest, Sha1};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -69,8 +69,9 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
     let reason: Reason = reason
         .parse()
         .unwrap_or_else(|e: UnknownReason| invalid_parameter(e.to_string()));
-    let target = indexnow_protocol::submittable_url(url)
-        .unwrap_or_else(|e| invalid_parameter(format!("indexnow: cannot queue {url:?}: {e}")));
+    let target = indexnow_protocol::submittable_url(url).unwrap_or_else(|e| {
+        invalid_parameter(format!("indexnow: cannot queue {}: {e}", shown(url)))
+    });
     let sql = format!(
         "INSERT INTO indexnow_urls AS u \
            (url, url_hash, host, reason, changed_at, queued_at, available_at) \

@@ -64,8 +64,8 @@ impl fmt::Display for UnknownReason {
         let names: Vec<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
         write!(
             f,
-            "indexnow: unknown reason {:?}; the reasons are: {}",
-            self.0,
+            "indexnow: unknown reason {}; the reasons are: {}",
+            crate::error::shown(&self.0),
             names.join(", ")
         )
     }

@@ -37,7 +37,15 @@ pub enum UrlProblem {
     NoHost,
     Localhost(String),
     CloudMetadata(String),
-    NonPublicIp { ip: String, kind: IpKind },
+    NonPublicIp {
+        ip: String,
+        kind: IpKind,
+    },
+    /// A `%` not followed by two hex digits: no server decodes it the same way.
+    BadPercentEncoding,
+    /// A host name of one label (`https://intranet/`, or `https:///x`, which parses as host
+    /// `x`): no search engine can fetch it.
+    SingleLabelHost(String),
 }
 
 /// Address ranges a search engine cannot (or must not) fetch from.
@@ -92,6 +100,15 @@ impl fmt::Display for UrlProblem {
                 f,
                 "the URL's host {ip} is a {kind} IP address: search engines cannot fetch it"
             ),
+            UrlProblem::BadPercentEncoding => write!(
+                f,
+                "the URL has a \"%\" not followed by two hex digits (broken percent-encoding)"
+            ),
+            UrlProblem::SingleLabelHost(h) => write!(
+                f,
+                "the URL's host \"{h}\" is a single label, not a public domain name: search \
+                 engines cannot fetch it"
+            ),
         }
     }
 }
@@ -117,6 +134,17 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
     }
     check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
     url.set_fragment(None);
+    // `www.example.com.` and `www.example.com` are one site: the trailing dot is dropped, as a
+    // host added with one is stored without it.
+    if let Some(Host::Domain(name)) = url.host() {
+        if name.ends_with('.') {
+            let bare = name.trim_end_matches('.').to_string();
+            url.set_host(Some(&bare)).map_err(|_| UrlProblem::NoHost)?;
+        }
+    }
+    if !percent_encoding_is_whole(url.as_str()) {
+        return Err(UrlProblem::BadPercentEncoding);
+    }
     let host = host_field(&url).ok_or(UrlProblem::NoHost)?;
     let url = String::from(url);
     if url.len() > MAX_URL_BYTES {
@@ -130,9 +158,9 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
 pub fn normalise_host(input: &str) -> Result<String, UrlProblem> {
     let trimmed = input.trim();
     if trimmed.is_empty() || trimmed.contains(['/', '?', '#', '@']) {
-        return Err(UrlProblem::NotAbsolute(format!(
-            "\"{input}\" is not a bare host name"
-        )));
+        return Err(UrlProblem::NotAbsolute(
+            "a host name has no /, ?, # or @".to_string(),
+        ));
     }
     submittable_url(&format!("https://{trimmed}/")).map(|u| u.host)
 }
@@ -145,6 +173,16 @@ fn host_field(url: &Url) -> Option<String> {
     })
 }
 
+/// Every `%` of `url` starts a `%XX` escape. (The parser leaves a broken one as it is.)
+fn percent_encoding_is_whole(url: &str) -> bool {
+    let bytes = url.as_bytes();
+    bytes.iter().enumerate().all(|(i, &b)| {
+        b != b'%'
+            || (bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
 fn check_host(host: Host<&str>) -> Result<(), UrlProblem> {
     match host {
         Host::Domain(name) => {
@@ -153,6 +191,10 @@ fn check_host(host: Host<&str>) -> Result<(), UrlProblem> {
                 Err(UrlProblem::Localhost(name.to_string()))
             } else if bare == "metadata.google.internal" {
                 Err(UrlProblem::CloudMetadata(name.to_string()))
+            } else if bare.is_empty() {
+                Err(UrlProblem::NoHost)
+            } else if !bare.contains('.') {
+                Err(UrlProblem::SingleLabelHost(name.to_string()))
             } else {
                 Ok(())
             }
@@ -203,6 +245,15 @@ pub fn ipv6_kind(ip: Ipv6Addr) -> Option<IpKind> {
         return ipv4_kind(v4);
     }
     let s = ip.segments();
+    let embedded =
+        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) reach the IPv4 address they carry.
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return ipv4_kind(embedded(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return ipv4_kind(embedded(s[1], s[2]));
+    }
     if ip.is_loopback() {
         Some(IpKind::Loopback)
     } else if s[0] & 0xfe00 == 0xfc00 {
@@ -214,8 +265,9 @@ pub fn ipv6_kind(ip: Ipv6Addr) -> Option<IpKind> {
         || s[0] & 0xffc0 == 0xfec0 // deprecated site-local
         || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
         || (s[0] == 0x0100 && s[1..4] == [0, 0, 0]) // discard-only
-        || s[..6] == [0; 6]
-    // IPv4-compatible (deprecated)
+        || s[..6] == [0; 6] // IPv4-compatible (deprecated)
+        || (s[0] == 0x2001 && s[1] == 0)
+    // Teredo: tunnels to an address it hides
     {
         Some(IpKind::Reserved)
     } else {
@@ -291,6 +343,16 @@ mod tests {
                 "https://localhost.example.com/",
                 "https://localhost.example.com/",
                 "localhost.example.com",
+            ),
+            (
+                "https://WWW.Example.COM./a",
+                "https://www.example.com/a",
+                "www.example.com",
+            ),
+            (
+                "https://example.com/a%2Fb?q=%e0%B8",
+                "https://example.com/a%2Fb?q=%e0%B8",
+                "example.com",
             ),
         ];
         for (input, url, host) in cases {
@@ -476,6 +538,48 @@ mod tests {
                     kind: Private,
                 },
             ),
+            (
+                "http://[64:ff9b::7f00:1]/",
+                UrlProblem::NonPublicIp {
+                    ip: "[64:ff9b::7f00:1]".into(),
+                    kind: Loopback,
+                },
+            ),
+            (
+                "http://[2002:c0a8:101::]/",
+                UrlProblem::NonPublicIp {
+                    ip: "[2002:c0a8:101::]".into(),
+                    kind: Private,
+                },
+            ),
+            (
+                "http://[2001:0:4136:e378::1]/",
+                UrlProblem::NonPublicIp {
+                    ip: "[2001:0:4136:e378::1]".into(),
+                    kind: Reserved,
+                },
+            ),
+            (
+                "https://www.example.com/%zz",
+                UrlProblem::BadPercentEncoding,
+            ),
+            (
+                "https://www.example.com/a?b=%4",
+                UrlProblem::BadPercentEncoding,
+            ),
+            (
+                "https://www.example.com/100%",
+                UrlProblem::BadPercentEncoding,
+            ),
+            ("https:///x", UrlProblem::SingleLabelHost("x".into())),
+            (
+                "https://intranet/page",
+                UrlProblem::SingleLabelHost("intranet".into()),
+            ),
+            (
+                "https://com./page",
+                UrlProblem::SingleLabelHost("com.".into()),
+            ),
         ];
         for (input, problem) in cases {
             assert_eq!(submittable_url(input), Err(problem), "{input}");
@@ -519,6 +623,11 @@ mod tests {
         assert!(normalise_host("example.com/path").is_err());
         assert!(normalise_host("https://example.com").is_err());
         assert!(normalise_host("localhost").is_err());
+        assert_eq!(
+            normalise_host("SA3.Example.COM.").unwrap(),
+            "sa3.example.com"
+        );
+        assert!(normalise_host("intranet").is_err());
         assert!(normalise_host("").is_err());
     }
 }
