@@ -7,7 +7,13 @@ CREATE TABLE indexnow_hosts (
     key          text NOT NULL CHECK (key ~ '^[A-Za-z0-9-]{8,128}$'),
     key_location text,
     enabled      boolean NOT NULL DEFAULT true,
-    added_at     timestamptz NOT NULL DEFAULT now()
+    added_at     timestamptz NOT NULL DEFAULT now(),
+    -- The database this key was added in (or confirmed for, indexnow_confirm_copy()): the
+    -- cluster's system identifier and the database's OID. A copy of the database (restored into
+    -- another cluster, or CREATE DATABASE ... TEMPLATE) carries the row but is not its home, and
+    -- sends nothing for the host until an administrator confirms it (see src/hosts.rs).
+    home_system   bigint NOT NULL,
+    home_database oid NOT NULL
 );
 
 -- The queue: one row per URL, ever. A row is never deleted by sending; it keeps the URL's history

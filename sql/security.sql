@@ -11,6 +11,10 @@ REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, 
     indexnow_changes, indexnow_sources, indexnow_relations FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION indexnow_add_host(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_set_key_location(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_disable_host(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_enable_host(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[]) FROM PUBLIC;
@@ -26,6 +30,10 @@ REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_set_key_location(text, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_disable_host(text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_enable_host(text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_confirm_copy() SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
 -- indexnow_status() is a monitoring call: no parallel workers, no JIT. The planner takes a third
 -- of the queue to be pending (it cannot estimate request_seq > settled_seq) and started two

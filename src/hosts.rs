@@ -1,28 +1,160 @@
-//! The sites we may speak for: `indexnow_add_host()` and the key rules it enforces.
+//! The sites we may speak for: `indexnow_add_host()` and the key rules it enforces, switching a
+//! host off and on, and the rule that a copy of the database speaks for no one until confirmed.
 //!
 //! Keys are readable only by the extension's owner (see `sql/security.sql`): a key lets anyone
 //! submit URLs in the site's name.
+//!
+//! A host's row remembers its home: the database it was added in, as the cluster's system
+//! identifier and the database's OID. A copy of the database carries the row, keys and queue
+//! included, and is not its home: a production dump restored on a staging server (another
+//! cluster: another system identifier), or `CREATE DATABASE staging TEMPLATE site` (another OID).
+//! Such a copy queues as usual but sends nothing for that host until an administrator runs
+//! `indexnow_confirm_copy()` in it; `indexnow_status()` says why it is held. A physical standby
+//! is the same cluster (pg_basebackup keeps the system identifier) and the same database: once
+//! promoted, it goes on sending. (`pg_upgrade` makes a new system identifier: after an upgrade,
+//! confirm once.)
 
 use crate::error::{invalid_parameter, shown};
 use pgrx::prelude::*;
 
-/// Add a host with its key, or replace the key (and key location) of a host already added.
+/// This database, as a host's home is written: (system identifier, database OID).
+pub fn here() -> (i64, u32) {
+    // SAFETY: reads the control file's copy in shared memory, and this backend's database.
+    unsafe {
+        (
+            pg_sys::GetSystemIdentifier() as i64,
+            pg_sys::MyDatabaseId.to_u32(),
+        )
+    }
+}
+
+/// The SQL condition "the host `h` (a row of `indexnow_hosts`) is at home in this database".
+/// The values are this backend's, written into the statement: its text stays the same for the
+/// life of the backend, so a kept plan of it is planned once.
+pub fn at_home_sql() -> String {
+    let (system, database) = here();
+    format!("(h.home_system = {system} AND h.home_database = {database})")
+}
+
+/// Why a host's URLs are held in this database because it is a copy, for `indexnow_status()`: a
+/// SQL text expression over `h`, NULL when the host is at home.
+pub fn held_as_copy_sql() -> String {
+    format!(
+        "CASE WHEN h.host IS NOT NULL AND NOT {} THEN \
+           'this database is a copy (the key was added in database ' || h.home_database \
+           || ' of system ' || h.home_system || '): nothing is sent for this host until \
+           SELECT indexnow_confirm_copy() is run here' END",
+        at_home_sql()
+    )
+}
+
+/// Add a host with its key, or replace the key of a host already added. A new key keeps what
+/// was set for the host: whether it is enabled, and its key location unless a new one is given
+/// (`indexnow_set_key_location()` removes it).
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
-    let host = indexnow_protocol::normalise_host(host).unwrap_or_else(|e| {
-        invalid_parameter(format!("indexnow: host {} is not usable: {e}", shown(host)))
-    });
+    let host = normal_host(host);
     indexnow_protocol::check_key(key)
         .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")));
-    let key_location = key_location.map(|loc| {
-        indexnow_protocol::check_key_location(&host, loc)
-            .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")))
-    });
+    let key_location = key_location.map(|loc| checked_key_location(&host, loc));
+    let (system, database) = here();
     Spi::run_with_args(
-        "INSERT INTO indexnow_hosts (host, key, key_location) VALUES ($1, $2, $3) \
+        "INSERT INTO indexnow_hosts (host, key, key_location, home_system, home_database) \
+         VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (host) DO UPDATE \
-            SET key = excluded.key, key_location = excluded.key_location, enabled = true",
-        &[host.as_str().into(), key.into(), key_location.into()],
+            SET key = excluded.key, \
+                key_location = coalesce(excluded.key_location, indexnow_hosts.key_location)",
+        &[
+            host.as_str().into(),
+            key.into(),
+            key_location.into(),
+            system.into(),
+            pg_sys::Oid::from(database).into(),
+        ],
     )
     .unwrap_or_else(|e| error!("indexnow: could not add host {host}: {e}"));
+}
+
+/// Sets (or, with NULL, removes) the key location of a host already added.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_set_key_location(host: &str, key_location: Option<&str>) {
+    let host = normal_host(host);
+    let key_location = key_location.map(|loc| checked_key_location(&host, loc));
+    update_host(
+        &host,
+        "UPDATE indexnow_hosts SET key_location = $2 WHERE host = $1",
+        key_location.into(),
+    );
+}
+
+/// Stops sending for a host: its URLs are still queued, and wait until it is enabled again.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_disable_host(host: &str) {
+    set_enabled(host, false);
+}
+
+/// Sends for a host again after `indexnow_disable_host()`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_enable_host(host: &str) {
+    set_enabled(host, true);
+}
+
+/// Makes this database the home of every host whose key came with a copy of another database
+/// (see the module's comment): from now on it sends for them. Returns how many hosts it took.
+#[pg_extern(volatile, parallel_unsafe)]
+fn indexnow_confirm_copy() -> i64 {
+    let (system, database) = here();
+    let taken = Spi::get_one_with_args::<i64>(
+        &format!(
+            "WITH taken AS (UPDATE indexnow_hosts h SET home_system = $1, home_database = $2 \
+                             WHERE NOT {} RETURNING 1) \
+             SELECT count(*) FROM taken",
+            at_home_sql()
+        ),
+        &[system.into(), pg_sys::Oid::from(database).into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: could not confirm this copy: {e}"))
+    .unwrap_or(0);
+    if taken > 0 {
+        crate::worker::worker_at_commit();
+    }
+    taken
+}
+
+fn set_enabled(host: &str, enabled: bool) {
+    let host = normal_host(host);
+    update_host(
+        &host,
+        "UPDATE indexnow_hosts SET enabled = $2 WHERE host = $1",
+        enabled.into(),
+    );
+    if enabled {
+        crate::worker::worker_at_commit();
+    }
+}
+
+/// Runs `sql` (`$1` the host, `$2` the value) on a host's row; an ERROR when there is none.
+fn update_host(host: &str, sql: &str, value: pgrx::datum::DatumWithOid<'_>) {
+    let found = Spi::connect_mut(|client| {
+        client
+            .update(&format!("{sql} RETURNING 1"), None, &[host.into(), value])
+            .map(|t| t.len())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not change host {host}: {e}"));
+    if found == 0 {
+        invalid_parameter(format!(
+            "indexnow: there is no host {host}: add it with indexnow_add_host('{host}', key)"
+        ));
+    }
+}
+
+fn normal_host(host: &str) -> String {
+    indexnow_protocol::normalise_host(host).unwrap_or_else(|e| {
+        invalid_parameter(format!("indexnow: host {} is not usable: {e}", shown(host)))
+    })
+}
+
+fn checked_key_location(host: &str, location: &str) -> String {
+    indexnow_protocol::check_key_location(host, location)
+        .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")))
 }

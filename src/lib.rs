@@ -4,7 +4,8 @@
 //! Where things are:
 //! - `guc`          every setting
 //! - `queue`        `indexnow_queue()`, the reasons, and the due rule (`queue/due.rs`)
-//! - `hosts`        `indexnow_add_host()` and key rules
+//! - `hosts`        `indexnow_add_host()`, key rules, switching a host off and on, and the home
+//!   rule: a copy of the database sends nothing until `indexnow_confirm_copy()`
 //! - `capture`      from writes to content tables to queue requests: watches, change sets,
 //!   derivations, related tables, partitions (its `mod.rs` lists its files)
 //! - `status`       `indexnow_status()`

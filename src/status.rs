@@ -17,6 +17,7 @@ type StatusRow = (
     Option<TimestampWithTimeZone>,
     Option<i32>,
     Option<TimestampWithTimeZone>,
+    Option<String>,
     String,
 );
 
@@ -35,6 +36,7 @@ fn indexnow_status() -> TableIterator<
         name!(last_push_at, Option<TimestampWithTimeZone>),
         name!(last_status, Option<i32>),
         name!(backoff_until, Option<TimestampWithTimeZone>),
+        name!(held, Option<String>),
         name!(worker, String),
     ),
 > {
@@ -48,6 +50,7 @@ fn indexnow_status() -> TableIterator<
     }
     let worker = crate::worker::state_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
+    let held = crate::hosts::held_as_copy_sql();
     let sql = format!(
         "WITH pending AS ( \
              SELECT host, count(*) AS pending, count(*) FILTER (WHERE {DUE_SQL}) AS due_now, \
@@ -63,7 +66,8 @@ fn indexnow_status() -> TableIterator<
                 coalesce(p.pending, 0), coalesce(p.due_now, 0), coalesce(f.failed, 0), \
                 p.next_due_at, lp.pushed_at, lp.status, \
                 (SELECT max(b.until) FROM indexnow_backoff b \
-                  WHERE b.scope IN ('*', n.host) AND b.until > $1) \
+                  WHERE b.scope IN ('*', n.host) AND b.until > $1), \
+                {held} \
            FROM names n \
            LEFT JOIN indexnow_hosts h USING (host) \
            LEFT JOIN pending p USING (host) \
@@ -92,6 +96,7 @@ fn indexnow_status() -> TableIterator<
                     r.get::<TimestampWithTimeZone>(8)?,
                     r.get::<i32>(9)?,
                     r.get::<TimestampWithTimeZone>(10)?,
+                    r.get::<String>(11)?,
                     worker.clone(),
                 ))
             })
@@ -100,7 +105,9 @@ fn indexnow_status() -> TableIterator<
     .unwrap_or_else(|e| error!("indexnow: status query failed: {e}"));
     let rows = if rows.is_empty() {
         // No host and nothing queued yet: still one row, so the worker's state can be seen.
-        vec![(None, false, false, 0, 0, 0, None, None, None, None, worker)]
+        vec![(
+            None, false, false, 0, 0, 0, None, None, None, None, None, worker,
+        )]
     } else {
         rows
     };

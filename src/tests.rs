@@ -196,6 +196,87 @@ fn add_host_checks_and_replaces_keys() {
 }
 
 #[pg_test]
+fn a_new_key_keeps_the_host_switched_off_and_its_key_location() {
+    Spi::run(
+        "SELECT indexnow_add_host('SA3.Example.COM.', 'first-key-123', \
+                                  'https://sa3.example.com/indexnow.txt')",
+    )
+    .unwrap();
+    Spi::run("SELECT indexnow_disable_host('sa3.example.com')").unwrap();
+    Spi::run("SELECT indexnow_add_host('sa3.example.com', 'second-key-456')").unwrap();
+    let host = || {
+        text("SELECT host || ' ' || key || ' ' || enabled || ' ' || coalesce(key_location, '-') \
+                FROM indexnow_hosts")
+    };
+    assert_eq!(
+        host().as_deref(),
+        Some("sa3.example.com second-key-456 false https://sa3.example.com/indexnow.txt")
+    );
+    Spi::run("SELECT indexnow_set_key_location('sa3.example.com', NULL)").unwrap();
+    Spi::run("SELECT indexnow_enable_host('SA3.example.com')").unwrap();
+    assert_eq!(host().as_deref(), Some("sa3.example.com second-key-456 true -"));
+    let cases = [
+        ("SELECT indexnow_disable_host('other.example.com')", "there is no host other.example.com"),
+        ("SELECT indexnow_enable_host('other.example.com')", "add it with indexnow_add_host"),
+        ("SELECT indexnow_set_key_location('sa3.example.com', 'https://cdn.example.com/k.txt')", "must be on the host"),
+        ("SELECT indexnow_add_host(repeat('x', 10000000), 'abcdefgh')", "bytes in all"),
+    ];
+    assert_refused(&cases, Some("22023"));
+    let long = error_of("SELECT indexnow_queue('https://www.example.com/' || repeat('a', 10000000))")
+        .unwrap();
+    assert!(long.len() < 1_000, "the error quotes {} bytes", long.len());
+}
+
+#[pg_test]
+fn a_copy_of_the_database_holds_its_hosts_until_confirmed() {
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'abcdef1234')").unwrap();
+    Spi::run("SELECT indexnow_add_host('other.example.com', 'abcdef1234')").unwrap();
+    let held = || {
+        text("SELECT string_agg(host || ': ' || coalesce(held, 'sends'), '; ' ORDER BY host) \
+                FROM indexnow_status()")
+        .unwrap()
+    };
+    assert_eq!(held(), "other.example.com: sends; www.example.com: sends");
+    // What a copy looks like from inside: the row came from a database with another OID.
+    Spi::run(
+        "UPDATE indexnow_hosts SET home_database = 1 WHERE host = 'www.example.com'",
+    )
+    .unwrap();
+    let now = held();
+    assert!(
+        now.starts_with("other.example.com: sends; www.example.com: this database is a copy"),
+        "{now}"
+    );
+    assert!(now.contains("SELECT indexnow_confirm_copy()"), "{now}");
+    // The worker's host list leaves it out, though both hosts have a URL due.
+    Spi::run("SELECT indexnow_queue('https://www.example.com/a'), indexnow_queue('https://other.example.com/a')").unwrap();
+    Spi::run("UPDATE indexnow_urls SET changed_at = now() - interval '1 day'").unwrap();
+    let sendable = || {
+        let [debounce, min_gap, repeat_after] = crate::guc::due_rule().sql_args();
+        let sql = format!(
+            "SELECT string_agg(host, ',') FROM ({}) s",
+            crate::send::sql::sendable_hosts()
+        );
+        Spi::get_one_with_args::<String>(
+            &sql,
+            &[
+                crate::send::now().into(),
+                debounce.into(),
+                min_gap.into(),
+                repeat_after.into(),
+                false.into(),
+            ],
+        )
+        .unwrap()
+    };
+    assert_eq!(sendable().as_deref(), Some("other.example.com"));
+    assert_eq!(count("SELECT indexnow_confirm_copy()"), 1);
+    assert_eq!(held(), "other.example.com: sends; www.example.com: sends");
+    assert_eq!(sendable().as_deref(), Some("other.example.com,www.example.com"));
+    assert_eq!(count("SELECT indexnow_confirm_copy()"), 0);
+}
+
+#[pg_test]
 fn fingerprint_from_sql() {
     let same = |a: &str, b: &str| {
         Spi::get_one::<bool>(&format!("SELECT indexnow_fingerprint({a}) = indexnow_fingerprint({b})"))

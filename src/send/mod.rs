@@ -112,17 +112,26 @@ impl Session {
             Session::Caller => f(),
             Session::Worker { .. } => {
                 let f = std::panic::AssertUnwindSafe(f);
-                pgrx::bgworkers::BackgroundWorker::transaction(move || {
+                let r = pgrx::bgworkers::BackgroundWorker::transaction(move || {
                     let f = f; // the whole wrapper, not its field
                     (f.0)()
-                })
+                });
+                crate::worker::report_statistics(false);
+                r
             }
         }
     }
 
+    /// What `pg_stat_activity` shows a worker doing (nothing for a caller: its own statement is
+    /// shown).
+    fn report_activity(self, what: &str) {
+        if let Session::Worker { .. } = self {
+            crate::worker::report_activity(what, true);
+        }
+    }
+
     fn told_to_stop(self) -> bool {
-        matches!(self, Session::Worker { .. })
-            && pgrx::bgworkers::BackgroundWorker::sigterm_received()
+        matches!(self, Session::Worker { .. }) && crate::worker::told_to_stop()
     }
 }
 
@@ -286,7 +295,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
 }
 
 /// Sends one claimed batch (or, in a dry run, decides on it) and records the answer. Returns the
-/// outcome, `None` for a dry run.
+/// outcome, `None` for a dry run or a request the worker left because it was told to stop.
 fn push(
     client: &Client,
     settings: &Settings,
@@ -296,8 +305,8 @@ fn push(
     result: &mut HostResult,
 ) -> Option<Outcome> {
     let started = Instant::now();
-    let (answer, outcome) = if settings.dry_run {
-        (None, None)
+    let decision = if settings.dry_run {
+        Decision::DryRun
     } else {
         let request = SubmitRequest {
             host: host.host.clone(),
@@ -305,21 +314,22 @@ fn push(
             key_location: host.key_location.clone(),
             url_list: claimed.url.clone(),
         };
-        let answer = client.submit(&settings.endpoint, &request);
-        let outcome = classify(&answer, &settings.backoffs, SystemTime::now());
-        (Some(answer), Some(outcome))
+        session.report_activity(&format!(
+            "indexnow: sending {} URLs to {}",
+            claimed.len(),
+            host.host
+        ));
+        match submit(session, client, &settings.endpoint, request) {
+            Some(answer) => {
+                let outcome = classify(&answer, &settings.backoffs, SystemTime::now());
+                Decision::Answered(answer.status_code() as i32, outcome)
+            }
+            None => Decision::Left,
+        }
     };
     let took = started.elapsed().as_secs_f64();
     let record_started = Instant::now();
-    let status = answer.as_ref().map_or(0, |a| a.status_code() as i32);
-    let note = match &outcome {
-        None => "dry_run".to_string(),
-        Some(Outcome::Accepted) => String::new(),
-        Some(Outcome::PauseAll { note, .. })
-        | Some(Outcome::PauseHost { note, .. })
-        | Some(Outcome::Refused { note }) => note.clone(),
-    };
-    session.step(|| record(&host.host, claimed, outcome.as_ref(), status, &note, took));
+    session.step(|| record(&host.host, claimed, &decision, took));
     debug2!(
         "indexnow: request to {} took {took:.3} s, recording it {:?}",
         host.host,
@@ -327,12 +337,102 @@ fn push(
     );
     result.requests += 1;
     result.url_count += claimed.len() as i64;
-    result.status = Some(status);
+    result.status = Some(decision.status());
+    let note = decision.note();
     result.note = (!note.is_empty()).then_some(note);
-    outcome
+    match decision {
+        Decision::Answered(_, outcome) => Some(outcome),
+        Decision::DryRun | Decision::Left => None,
+    }
 }
 
-fn now() -> TimestampWithTimeZone {
+/// What became of one claimed batch.
+enum Decision {
+    /// A dry run decided on it: no request.
+    DryRun,
+    /// The endpoint answered (the HTTP status, 0 for none) and the answer means this.
+    Answered(i32, Outcome),
+    /// The worker was told to stop (a `DROP DATABASE`, a shutdown) while the request was under
+    /// way and left it: whether it arrived is not known, so the URLs stay due (at-least-once).
+    Left,
+}
+
+impl Decision {
+    fn status(&self) -> i32 {
+        match self {
+            Decision::Answered(status, _) => *status,
+            Decision::DryRun | Decision::Left => 0,
+        }
+    }
+
+    fn note(&self) -> String {
+        match self {
+            Decision::DryRun => "dry_run".to_string(),
+            Decision::Left => "left: the worker was told to stop during the request; the URLs \
+                               stay due"
+                .to_string(),
+            Decision::Answered(_, Outcome::Accepted) => String::new(),
+            Decision::Answered(_, Outcome::PauseAll { note, .. })
+            | Decision::Answered(_, Outcome::PauseHost { note, .. })
+            | Decision::Answered(_, Outcome::Refused { note }) => note.clone(),
+        }
+    }
+}
+
+/// Makes one request. A caller's session waits for it. A worker must get out of the way at once
+/// when told to stop, whatever the request is doing (a `DROP DATABASE` waits for it, and an
+/// endpoint that hangs holds a request up to `http_timeout`): the request runs in a thread of its
+/// own, which touches nothing of PostgreSQL's, while the worker waits for it or for SIGTERM.
+/// `None` when the worker left the request.
+fn submit(
+    session: Session,
+    client: &Client,
+    endpoint: &str,
+    request: SubmitRequest,
+) -> Option<indexnow_protocol::Answer> {
+    if session == Session::Caller {
+        return Some(client.submit(endpoint, &request));
+    }
+    let (answered, answer) = std::sync::mpsc::channel();
+    let (client, endpoint) = (client.clone(), endpoint.to_string());
+    without_signals(|| {
+        std::thread::spawn(move || {
+            let _ = answered.send(client.submit(&endpoint, &request));
+        })
+    });
+    loop {
+        match answer.recv_timeout(Duration::from_millis(20)) {
+            Ok(answer) => return Some(answer),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Some(indexnow_protocol::Answer::NoConnection(
+                    "the request's thread ended without an answer".into(),
+                ))
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if session.told_to_stop() {
+                    return None; // the thread ends with the process
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` (which starts a thread) with every signal blocked, so that the new thread, which
+/// inherits the mask, never runs PostgreSQL's signal handlers: they belong to the main thread.
+fn without_signals<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: plain POSIX calls on masks owned here.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        r
+    }
+}
+
+pub(crate) fn now() -> TimestampWithTimeZone {
     kept::get_one("SELECT clock_timestamp()", &[])
         .ok()
         .flatten()
@@ -486,21 +586,21 @@ fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed
 
 /// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and
 /// the `indexnow_pushes` row.
-fn record(
-    host: &str,
-    claimed: &Claimed,
-    outcome: Option<&Outcome>,
-    status: i32,
-    note: &str,
-    took: f64,
-) {
-    let (settle, pause) = match outcome {
-        None => (Settle::DryRun, None),
-        Some(Outcome::Accepted) => (Settle::Accepted, None),
-        Some(Outcome::Refused { .. }) => (Settle::Refused, None),
-        Some(Outcome::PauseAll { pause, .. }) => (Settle::Release, Some(("*", *pause))),
-        Some(Outcome::PauseHost { pause, .. }) => (Settle::Release, Some((host, *pause))),
+fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
+    let (settle, pause) = match decision {
+        Decision::DryRun => (Settle::DryRun, None),
+        Decision::Left => (Settle::Release, None),
+        Decision::Answered(_, Outcome::Accepted) => (Settle::Accepted, None),
+        Decision::Answered(_, Outcome::Refused { .. }) => (Settle::Refused, None),
+        Decision::Answered(_, Outcome::PauseAll { pause, .. }) => {
+            (Settle::Release, Some(("*", *pause)))
+        }
+        Decision::Answered(_, Outcome::PauseHost { pause, .. }) => {
+            (Settle::Release, Some((host, *pause)))
+        }
     };
+    let (status, note) = (decision.status(), decision.note());
+    let note = note.as_str();
     let with_answer = |mut args: Vec<DatumWithOid<'static>>| {
         if let Settle::Refused = settle {
             args.push(status.into());
@@ -577,14 +677,22 @@ fn prune(settings: &Settings) {
 }
 
 /// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. Rows
-/// that cannot be sent now (their host has no key, is disabled or paused) do not count; a leased
-/// row counts from the end of its lease.
+/// that cannot be sent now (their host has no key, is disabled, in a copy, or paused) do not
+/// count; a leased row counts from the end of its lease. A row that fell due during the pass
+/// (a long pass, a URL whose debounce ended meanwhile) is sent by another pass at once, after
+/// [`DUE_ALREADY`].
 pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
     let args = Settings::now().claim_args(now());
     let wait: Option<f64> = kept::get_one(&sql::seconds_to_next_due(), &args)
         .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
         Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
-        _ => naptime,
+        Some(_) => naptime.min(DUE_ALREADY),
+        None => naptime,
     }
 }
+
+/// The pause before the pass after one that left a row due: short, so the row goes at once, and
+/// not nothing, so that a row this worker cannot claim for now (an `indexnow_push_now()` holds
+/// the pass lock) does not make it spin.
+const DUE_ALREADY: Duration = Duration::from_millis(50);

@@ -16,12 +16,18 @@
 //! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
 //!   sent; after promotion the launcher starts and serves every database.
 //! - A worker runs a pass (`crate::send`), then sleeps until the next row becomes due or
-//!   `naptime`, whichever is sooner; a commit that queued something wakes it. SIGHUP reloads the
-//!   settings; SIGTERM ends it between two requests. A launcher ended by SIGTERM outside a
-//!   shutdown (`pg_terminate_backend()`) is started again by the postmaster.
+//!   `naptime`, whichever is sooner (not at all when one is due already); a commit that queued
+//!   something wakes it. SIGHUP reloads the settings; a change of the settings the database or
+//!   its role give it (`ALTER DATABASE ... SET`) makes it start again with them (`settings.rs`).
+//!   SIGTERM ends it at once, even inside a request (which is left: its URLs stay due). A
+//!   launcher ended by SIGTERM outside a shutdown (`pg_terminate_backend()`) is started again by
+//!   the postmaster.
+//! - What workers write counts in `pg_stat_user_tables` (autovacuum decides from those counts),
+//!   and `pg_stat_activity` shows what each is doing.
 
 mod ddl;
 pub mod registry;
+mod settings;
 mod wake;
 
 pub use wake::worker_at_commit;
@@ -255,6 +261,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             pg_sys::GucSource::PGC_S_OVERRIDE,
         );
     }
+    let started_with = BackgroundWorker::transaction(settings::given_by_database_and_role);
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -266,6 +273,10 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             registry::set_state(db, State::NoExtension);
             return;
         }
+        if BackgroundWorker::transaction(settings::given_by_database_and_role) != started_with {
+            log!("indexnow worker {sender}: the database's settings changed; starting again");
+            break; // the launcher starts a new worker at once, with the new settings
+        }
         let enabled = guc::ENABLED.get();
         if enabled {
             registry::set_state(db, State::Sending);
@@ -275,7 +286,9 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             derive_change_sets(Session::Worker { sender });
         }
         let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
-        let sleep = BackgroundWorker::transaction(|| sleep_before_next_pass(naptime));
+        let (sleep, idle) = BackgroundWorker::transaction(|| {
+            (sleep_before_next_pass(naptime), idle_activity(enabled))
+        });
         registry::set_state(
             db,
             if enabled {
@@ -284,11 +297,63 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
                 State::Disabled
             },
         );
-        if !BackgroundWorker::wait_latch(Some(if enabled { sleep } else { naptime })) {
+        report_activity(&idle, false);
+        report_statistics(true);
+        if !BackgroundWorker::wait_latch(Some(if enabled { sleep } else { naptime }))
+            || told_to_stop()
+        {
             break;
         }
     }
     registry::leave(db);
+}
+
+/// Whether this worker was told to stop (SIGTERM: a shutdown, `pg_terminate_backend()`, or a
+/// command that needs the database to itself). Stays true once set: pgrx's own
+/// `sigterm_received()` forgets the signal once asked, and every loop of the worker must see it.
+pub fn told_to_stop() -> bool {
+    // SAFETY: a sig_atomic_t the SIGTERM handler sets; read, never written here.
+    unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
+}
+
+/// Sends what this process wrote to the statistics system (`pg_stat_user_tables`, which
+/// autovacuum reads), as a backend does between statements: `force` before sleeping, otherwise
+/// at most once a second (PostgreSQL's own limit).
+pub fn report_statistics(force: bool) {
+    // SAFETY: outside any transaction, as PostgreSQL's own callers are.
+    unsafe {
+        pg_sys::pgstat_report_stat(force);
+    }
+}
+
+/// Shows `what` as this worker's `query` in `pg_stat_activity`, its `state` active when `busy`.
+pub fn report_activity(what: &str, busy: bool) {
+    let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
+    let state = if busy {
+        pg_sys::BackendState::STATE_RUNNING
+    } else {
+        pg_sys::BackendState::STATE_IDLE
+    };
+    // SAFETY: copies the text into this backend's status entry.
+    unsafe { pg_sys::pgstat_report_activity(state, what.as_ptr()) };
+}
+
+/// What an idle worker shows in `pg_stat_activity`: idle, sending switched off, or paused.
+fn idle_activity(enabled: bool) -> String {
+    if !enabled {
+        return "indexnow: idle, indexnow.enabled is off (queueing goes on)".into();
+    }
+    let paused: Option<String> = crate::kept::get_one(
+        "SELECT 'paused until ' || max(until)::text || ' (' || string_agg(DISTINCT \
+                CASE scope WHEN '*' THEN 'all hosts' ELSE scope END, ', ') || ')' \
+           FROM indexnow_backoff WHERE until > pg_catalog.clock_timestamp()",
+        &[],
+    )
+    .unwrap_or(None);
+    match paused {
+        Some(paused) => format!("indexnow: idle, {paused}"),
+        None => "indexnow: idle".into(),
+    }
 }
 
 /// Points this worker's search_path at the extension's schema; `false` when the extension is not

@@ -16,6 +16,7 @@ pub const USER_AGENT: &str = concat!("indexnow-postgres/", env!("CARGO_PKG_VERSI
 /// Reads at most this much of an answer's body: only its start is kept in a note.
 const BODY_LIMIT: u64 = 64 * 1024;
 
+#[derive(Clone)]
 pub struct Client {
     agent: ureq::Agent,
 }

@@ -46,6 +46,8 @@ pub enum UrlProblem {
     /// A host name of one label (`https://intranet/`, or `https:///x`, which parses as host
     /// `x`): no search engine can fetch it.
     SingleLabelHost(String),
+    /// Given as a host name, a value with a scheme, a path, a query, a fragment or user info.
+    NotABareHost,
 }
 
 /// Address ranges a search engine cannot (or must not) fetch from.
@@ -104,6 +106,10 @@ impl fmt::Display for UrlProblem {
                 f,
                 "the URL has a \"%\" not followed by two hex digits (broken percent-encoding)"
             ),
+            UrlProblem::NotABareHost => write!(
+                f,
+                "it is not a bare host name (such as www.example.com): no scheme, path, ?, # or @"
+            ),
             UrlProblem::SingleLabelHost(h) => write!(
                 f,
                 "the URL's host \"{h}\" is a single label, not a public domain name: search \
@@ -158,9 +164,7 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
 pub fn normalise_host(input: &str) -> Result<String, UrlProblem> {
     let trimmed = input.trim();
     if trimmed.is_empty() || trimmed.contains(['/', '?', '#', '@']) {
-        return Err(UrlProblem::NotAbsolute(
-            "a host name has no /, ?, # or @".to_string(),
-        ));
+        return Err(UrlProblem::NotABareHost);
     }
     submittable_url(&format!("https://{trimmed}/")).map(|u| u.host)
 }

@@ -55,7 +55,10 @@ fn check(input: &str) -> bool {
 fn the_corpus_is_replayed() {
     let corpus = include_str!("corpus/urls.txt");
     let mut replayed = 0;
-    for line in corpus.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in corpus
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let (verdict, input) = line.split_once(' ').unwrap_or((line, ""));
         let accepted = check(input);
         match verdict {
@@ -108,7 +111,10 @@ fn spellings(ip: Ipv4Addr) -> Vec<String> {
         format!("0X{n:X}"),
         format!("0{a:o}.0{b:o}.0{c:o}.0{d:o}"),
         format!("0x{a:x}.0x{b:x}.0x{c:x}.0x{d:x}"),
-        format!("{a}.{}", (u32::from(b) << 16) | (u32::from(c) << 8) | u32::from(d)),
+        format!(
+            "{a}.{}",
+            (u32::from(b) << 16) | (u32::from(c) << 8) | u32::from(d)
+        ),
         format!("{a}.{b}.{}", (u32::from(c) << 8) | u32::from(d)),
         fullwidth,
         percent,

@@ -14,10 +14,16 @@
 //! that long) or `{"drop": true}` (no HTTP answer at all: the exchange breaks off, see
 //! [`Reply::Drop`]). `GET /__received` lists every request (valid or not) with the answer it got;
 //! `POST /__reset` forgets requests, script and default.
+//!
+//! A chaos mode ([`Receiver::set_chaos`], for soak runs) answers what the script does not with
+//! faults drawn at seeded rates: 429 with Retry-After, 500, a hang past the client's time limit,
+//! a dropped exchange; the rest 200 or 202. The same seed draws the same sequence of answers.
 
 use indexnow_protocol::{
     check_key, check_key_location, submittable_url, SubmitRequest, MAX_URLS_PER_REQUEST,
 };
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -65,13 +71,82 @@ pub struct Received {
     /// Why the request was refused, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The HTTP status the client got: 0 for none (a dropped exchange, or a chaos hang past the
+    /// client's time limit).
     pub status: u16,
+    /// When the request arrived, in seconds since the Unix epoch.
+    pub arrived_at: f64,
+    /// The fault chaos mode answered with, if any: `throttled`, `unavailable`, `hang`, `drop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+}
+
+/// Seeded faults for the submissions the script does not answer (see the module's comment).
+/// Rates are per thousand submissions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Chaos {
+    pub seed: u64,
+    /// 429, with `Retry-After: retry_after`.
+    pub throttled: u32,
+    pub retry_after: String,
+    /// 500.
+    pub unavailable: u32,
+    /// No answer for `hang_ms`, longer than the client waits; then 200, which no one reads.
+    pub hang: u32,
+    pub hang_ms: u64,
+    /// The exchange breaks off.
+    pub drop: u32,
+}
+
+impl Chaos {
+    /// The answer for one submission, and the fault's name if it is one.
+    fn draw(&self, rng: &mut StdRng) -> (Reply, Option<&'static str>) {
+        let mut roll = rng.random_range(0..1000u32);
+        let mut fault = |rate: u32| {
+            let hit = roll < rate;
+            roll = roll.saturating_sub(rate);
+            hit
+        };
+        if fault(self.throttled) {
+            let reply = Reply::Status {
+                status: 429,
+                retry_after: Some(self.retry_after.clone()),
+                body: "chaos: too many requests".into(),
+            };
+            (reply, Some("throttled"))
+        } else if fault(self.unavailable) {
+            let reply = Reply::Status {
+                status: 500,
+                retry_after: None,
+                body: "chaos: internal error".into(),
+            };
+            (reply, Some("unavailable"))
+        } else if fault(self.hang) {
+            (
+                Reply::Hang {
+                    hang_ms: self.hang_ms,
+                },
+                Some("hang"),
+            )
+        } else if fault(self.drop) {
+            (Reply::Drop { drop: true }, Some("drop"))
+        } else {
+            let status = if rng.random_bool(0.5) { 200 } else { 202 };
+            let reply = Reply::Status {
+                status,
+                retry_after: None,
+                body: String::new(),
+            };
+            (reply, None)
+        }
+    }
 }
 
 #[derive(Default)]
 struct State {
     script: VecDeque<Reply>,
     default: Reply,
+    chaos: Option<(Chaos, StdRng)>,
     received: Vec<Received>,
     /// Submissions that reached the receiver, answered yet or not (a hanging one counts).
     arrived: usize,
@@ -153,6 +228,14 @@ impl Receiver {
         self.state.lock().unwrap().default = reply;
     }
 
+    /// Answers with seeded faults from now on (`None`: as scripted again).
+    pub fn set_chaos(&self, chaos: Option<Chaos>) {
+        self.state.lock().unwrap().chaos = chaos.map(|c| {
+            let rng = StdRng::seed_from_u64(c.seed);
+            (c, rng)
+        });
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.state.lock().unwrap().received.clone()
     }
@@ -220,20 +303,33 @@ fn handle(mut request: Request, state: &Mutex<State>) {
 }
 
 fn submission(request: Request, body: &str, state: &Mutex<State>) {
+    let arrived_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let checked = check(header(&request, "Content-Type"), body);
     let (reply, record) = {
         let mut s = state.lock().unwrap();
         s.arrived += 1;
-        let reply = match &checked {
-            Ok(_) => s.script.pop_front().unwrap_or_else(|| s.default.clone()),
-            Err((status, problem)) => Reply::Status {
-                status: *status,
-                retry_after: None,
-                body: problem.clone(),
+        let (reply, fault) = match &checked {
+            Ok(_) => match s.script.pop_front() {
+                Some(reply) => (reply, None),
+                None => match &mut s.chaos {
+                    Some((chaos, rng)) => chaos.draw(rng),
+                    None => (s.default.clone(), None),
+                },
             },
+            Err((status, problem)) => (
+                Reply::Status {
+                    status: *status,
+                    retry_after: None,
+                    body: problem.clone(),
+                },
+                None,
+            ),
         };
         let status = match &reply {
             Reply::Status { status, .. } => *status,
+            Reply::Hang { .. } if fault.is_some() => 0,
             Reply::Hang { .. } => 200,
             Reply::Drop { .. } => 0,
         };
@@ -247,6 +343,8 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
                 request: req,
                 problem,
                 status,
+                arrived_at,
+                fault: fault.map(str::to_string),
             },
         )
     };
@@ -477,5 +575,39 @@ mod tests {
                 .as_u16(),
             405
         );
+    }
+
+    #[test]
+    fn chaos_draws_the_same_faults_for_the_same_seed_at_about_their_rates() {
+        let chaos = Chaos {
+            seed: 7,
+            throttled: 100,
+            retry_after: "1".into(),
+            unavailable: 100,
+            hang: 50,
+            hang_ms: 10,
+            drop: 50,
+        };
+        let draws = |chaos: &Chaos| {
+            let mut rng = StdRng::seed_from_u64(chaos.seed);
+            (0..10_000)
+                .map(|_| chaos.draw(&mut rng).1)
+                .collect::<Vec<_>>()
+        };
+        let first = draws(&chaos);
+        assert_eq!(first, draws(&chaos));
+        let share = |kind: &str| first.iter().filter(|f| **f == Some(kind)).count();
+        for (kind, expected) in [
+            ("throttled", 1000),
+            ("unavailable", 1000),
+            ("hang", 500),
+            ("drop", 500),
+        ] {
+            let n = share(kind);
+            assert!(n.abs_diff(expected) < expected / 5, "{kind}: {n}");
+        }
+        assert!(first.iter().filter(|f| f.is_none()).count() > 6_000);
+        let other = Chaos { seed: 8, ..chaos };
+        assert_ne!(first, draws(&other));
     }
 }

@@ -218,15 +218,33 @@ impl Cluster {
 
     /// `pg_dump` of `from`, restored with `psql` into a new database `to`.
     pub fn dump_and_restore(&self, from: &str, to: &str) -> Client {
-        let dump = self.dir.join(format!("{from}.sql"));
-        let dump = dump.to_str().unwrap();
-        self.client_program("pg_dump", &["-d", from, "-f", dump]);
+        let dump = self.dump(from);
+        self.restore(&dump, to)
+    }
+
+    /// `pg_dump -d db` into a file in this cluster's folder; returns its path.
+    pub fn dump(&self, db: &str) -> PathBuf {
+        let dump = self.dir.join(format!("{db}.sql"));
+        self.client_program("pg_dump", &["-d", db, "-f", dump.to_str().unwrap()]);
+        dump
+    }
+
+    /// Creates database `to` and restores `dump` (a `pg_dump` file, from any cluster) into it.
+    pub fn restore(&self, dump: &std::path::Path, to: &str) -> Client {
         self.connect("postgres")
             .batch_execute(&format!("CREATE DATABASE {to}"))
             .unwrap();
         self.client_program(
             "psql",
-            &["-d", to, "-v", "ON_ERROR_STOP=1", "-q", "-f", dump],
+            &[
+                "-d",
+                to,
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+                "-f",
+                dump.to_str().unwrap(),
+            ],
         );
         self.connect(to)
     }

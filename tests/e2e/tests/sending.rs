@@ -1242,3 +1242,126 @@ fn an_idle_worker_takes_no_transaction_id() {
     let worker = worker_state(&mut db);
     assert!(worker.starts_with("running: idle"), "{worker}");
 }
+
+/// `(state, query)` of the one worker of `datname` in `pg_stat_activity`.
+fn worker_activity(db: &mut postgres::Client, datname: &str) -> Option<(String, String)> {
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    db.query_opt(
+        "SELECT state, query FROM pg_stat_activity \
+          WHERE backend_type = 'indexnow worker' AND datname = $1",
+        &[&datname],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1)))
+}
+
+#[test]
+fn drop_database_goes_ahead_while_a_request_hangs() {
+    let receiver = receiver();
+    receiver.set_default(Reply::Hang { hang_ms: 60_000 });
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '60s'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/p/", 1);
+    wait_until("the request is under way", SECONDS(30), || {
+        receiver.arrived() == 1
+    });
+    drop(db);
+    let started = Instant::now();
+    cluster
+        .connect("postgres")
+        .batch_execute("DROP DATABASE site")
+        .unwrap_or_else(|e| panic!("DROP DATABASE: {e}\n{}", cluster.log()));
+    let took = started.elapsed();
+    assert!(took < SECONDS(3), "DROP DATABASE waited {took:?}");
+}
+
+#[test]
+fn a_worker_told_to_stop_leaves_a_hanging_request_at_once_and_its_urls_stay_due() {
+    let receiver = receiver();
+    receiver.script([Reply::Hang { hang_ms: 60_000 }]); // then 200s
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '60s'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/p/", 3);
+    wait_until("the request is under way", SECONDS(30), || {
+        receiver.arrived() == 1
+    });
+    // pg_stat_activity shows what the worker is doing.
+    assert_eq!(
+        worker_activity(&mut db, "site"),
+        Some((
+            "active".to_string(),
+            format!("indexnow: sending 3 URLs to {HOST}")
+        ))
+    );
+    let pid = worker_pid(&mut db, "site").unwrap();
+    let started = Instant::now();
+    db.batch_execute(&format!("SELECT pg_terminate_backend({pid})"))
+        .unwrap();
+    wait_until("the worker is gone", SECONDS(10), || {
+        !worker_pids(&mut db, "site").contains(&pid)
+    });
+    let took = started.elapsed();
+    assert!(took < SECONDS(3), "the worker took {took:?} to stop");
+    // The next worker sends the URLs again at once: the left claim was given back.
+    wait_until("the URLs are sent again", SECONDS(30), || {
+        accepted_urls(&receiver.received()).len() == 3
+    });
+    wait_until_settled(&mut db, "every URL is settled", SECONDS(10));
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_pushes WHERE status = 0 AND note LIKE 'left:%'"
+        ),
+        1
+    );
+    wait_until("the worker shows it is idle", SECONDS(10), || {
+        worker_activity(&mut db, "site") == Some(("idle".to_string(), "indexnow: idle".to_string()))
+    });
+}
+
+#[test]
+fn a_url_that_falls_due_during_a_long_pass_is_sent_right_after_it() {
+    let receiver = receiver();
+    // The first request takes 1.5 s; the second URL falls due while it is under way.
+    receiver.script([Reply::Hang { hang_ms: 1_500 }]);
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.naptime = '10min'", "indexnow.debounce = '1s'"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/a", 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = Instant::now();
+    db.batch_execute(&format!("SELECT indexnow_queue('https://{HOST}/b')"))
+        .unwrap();
+    wait_until("both URLs are sent", SECONDS(60), || {
+        accepted_urls(&receiver.received()).len() == 2
+    });
+    let took = queued.elapsed();
+    assert_eq!(receiver.received().len(), 2, "one POST each");
+    assert!(
+        took < SECONDS(5),
+        "the second URL was sent {took:?} after it was queued (due after 1 s, the pass \
+         before it ended after about 2 s)"
+    );
+}
+
+#[test]
+fn what_the_worker_writes_counts_in_pg_stat_user_tables() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/p/", 100);
+    wait_until_settled(&mut db, "every URL is settled", SECONDS(30));
+    // Only the worker updates queue rows (a claim and a settle each) and writes history.
+    wait_until("the worker's writes are counted", SECONDS(30), || {
+        count(
+            &mut db,
+            "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'indexnow_urls'",
+        ) >= 200
+            && count(
+                &mut db,
+                "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'indexnow_pushes'",
+            ) >= 1
+    });
+}

@@ -1,0 +1,180 @@
+//! Nothing leaks from a copy or a switched-off database (spec behaviour 22), end to end: a
+//! running worker follows `ALTER DATABASE ... SET` and `ALTER ROLE ... IN DATABASE ... SET` and
+//! their resets; a database copied with `CREATE DATABASE ... TEMPLATE`, or dumped and restored
+//! into another cluster, queues but sends nothing until `indexnow_confirm_copy()`. (A promoted
+//! physical standby goes on sending: `nothing_is_sent_on_a_hot_standby_until_promotion` in
+//! sending.rs.)
+
+use indexnow_e2e::{count, sending_conf, wait_until, Cluster, Options};
+use indexnow_receiver::Receiver;
+use std::time::Duration;
+
+const SECONDS: fn(u64) -> Duration = Duration::from_secs;
+const HOST: &str = "www.example.com";
+const KEY: &str = "abcdefgh12";
+
+fn receiver() -> Receiver {
+    Receiver::start("127.0.0.1:0").unwrap()
+}
+
+fn cluster(receiver: &Receiver) -> Cluster {
+    Cluster::start(Options {
+        preload: true,
+        conf: sending_conf(&receiver.endpoint(), &[]),
+    })
+}
+
+fn sent_urls(receiver: &Receiver) -> Vec<String> {
+    let mut urls: Vec<String> = receiver
+        .received()
+        .iter()
+        .filter_map(|r| r.request.as_ref())
+        .flat_map(|r| r.url_list.clone())
+        .collect();
+    urls.sort();
+    urls
+}
+
+fn queue(db: &mut postgres::Client, path: &str) {
+    db.batch_execute(&format!("SELECT indexnow_queue('https://{HOST}{path}')"))
+        .unwrap();
+}
+
+fn worker_of(db: &mut postgres::Client) -> String {
+    db.query_one("SELECT worker FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Waits long enough for a worker to have sent anything it was going to (passes every 200 ms).
+fn a_few_passes() {
+    std::thread::sleep(Duration::from_millis(2_500));
+}
+
+#[test]
+fn a_running_worker_follows_database_and_role_settings_and_their_resets() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!("SELECT indexnow_add_host('{HOST}', '{KEY}')"))
+        .unwrap();
+    queue(&mut db, "/1");
+    wait_until("the first URL is sent", SECONDS(30), || {
+        sent_urls(&receiver).len() == 1
+    });
+    let mut admin = cluster.connect("postgres");
+    for (switch_off, switch_on) in [
+        (
+            "ALTER DATABASE site SET indexnow.enabled = off",
+            "ALTER DATABASE site RESET indexnow.enabled",
+        ),
+        (
+            "ALTER ROLE postgres IN DATABASE site SET indexnow.enabled = off",
+            "ALTER ROLE postgres IN DATABASE site RESET ALL",
+        ),
+    ] {
+        let before = sent_urls(&receiver).len();
+        admin.batch_execute(switch_off).unwrap();
+        wait_until(
+            &format!("the running worker obeys {switch_off}"),
+            SECONDS(30),
+            || worker_of(&mut cluster.connect("site")).contains("indexnow.enabled is off"),
+        );
+        let mut db = cluster.connect("site");
+        queue(&mut db, &format!("/while-off-{before}"));
+        a_few_passes();
+        assert_eq!(
+            sent_urls(&receiver).len(),
+            before,
+            "sent after {switch_off}"
+        );
+        assert_eq!(
+            count(
+                &mut db,
+                "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"
+            ),
+            1,
+            "queued while off"
+        );
+        admin.batch_execute(switch_on).unwrap();
+        wait_until(
+            &format!("the worker sends again after {switch_on}"),
+            SECONDS(30),
+            || sent_urls(&receiver).len() == before + 1,
+        );
+    }
+    let log = cluster.log();
+    assert!(
+        log.contains("the database's settings changed; starting again"),
+        "{log}"
+    );
+}
+
+/// A database whose host is switched off, with one URL waiting: what a copy starts from.
+fn site_with_a_waiting_url(cluster: &Cluster) -> postgres::Client {
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); SELECT indexnow_disable_host('{HOST}')"
+    ))
+    .unwrap();
+    queue(&mut db, "/waiting");
+    db
+}
+
+/// In `copy`: the host is switched on, and still nothing is sent, and status says why, until
+/// the copy is confirmed; then the waiting URL goes out.
+fn held_until_confirmed(copy: &mut postgres::Client, receiver: &Receiver) {
+    copy.batch_execute(&format!("SELECT indexnow_enable_host('{HOST}')"))
+        .unwrap();
+    wait_until("the copy is served", SECONDS(30), || {
+        worker_of(copy).starts_with("running")
+    });
+    a_few_passes();
+    assert_eq!(sent_urls(receiver), Vec::<String>::new(), "a copy sent");
+    let held: String = copy
+        .query_one(
+            "SELECT held FROM indexnow_status() WHERE host = $1",
+            &[&HOST],
+        )
+        .unwrap()
+        .get(0);
+    assert!(held.contains("this database is a copy"), "{held}");
+    assert!(held.contains("indexnow_confirm_copy()"), "{held}");
+    // push_now holds it too
+    assert_eq!(count(copy, "SELECT count(*) FROM indexnow_push_now()"), 0);
+    assert_eq!(count(copy, "SELECT indexnow_confirm_copy()"), 1);
+    wait_until("the confirmed copy sends", SECONDS(30), || {
+        sent_urls(receiver) == vec![format!("https://{HOST}/waiting")]
+    });
+    let held: Option<String> = copy
+        .query_one(
+            "SELECT held FROM indexnow_status() WHERE host = $1",
+            &[&HOST],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(held, None);
+}
+
+#[test]
+fn a_template_copy_sends_nothing_until_confirmed() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver);
+    drop(site_with_a_waiting_url(&cluster));
+    cluster
+        .connect("postgres")
+        .batch_execute("CREATE DATABASE staging TEMPLATE site")
+        .unwrap();
+    held_until_confirmed(&mut cluster.connect("staging"), &receiver);
+}
+
+#[test]
+fn a_dump_restored_into_another_cluster_sends_nothing_until_confirmed() {
+    let production = Cluster::start(Options::default());
+    drop(site_with_a_waiting_url(&production));
+    let dump = production.dump("site");
+    let receiver = receiver();
+    let staging = cluster(&receiver);
+    let mut copy = staging.restore(&dump, "site");
+    held_until_confirmed(&mut copy, &receiver);
+}
