@@ -5,6 +5,8 @@
 //! `postgres` user and `initdb`/`pg_ctl` run through `sudo -u postgres`. Clients connect over TCP
 //! on 127.0.0.1 to a free port. The cluster is stopped and removed when the value is dropped.
 
+pub mod soak;
+
 use postgres::{Client, NoTls};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -178,6 +180,19 @@ impl Cluster {
 
     pub fn restart(&self) {
         self.pg_ctl(&["restart", "-w", "-t", "60", "-m", "fast"]);
+    }
+
+    /// `pg_ctl restart -m immediate`: every process stops without cleaning up, as in a crash,
+    /// and the server recovers from its WAL.
+    pub fn restart_immediately(&self) {
+        self.pg_ctl(&["restart", "-w", "-t", "120", "-m", "immediate"]);
+    }
+
+    /// Waits until the server accepts connections again (after a crash restart).
+    pub fn wait_for_connections(&self, limit: std::time::Duration) {
+        wait_until("the server accepts connections", limit, || {
+            Client::connect(&self.conninfo("postgres"), NoTls).is_ok()
+        });
     }
 
     pub fn conninfo(&self, db: &str) -> String {
