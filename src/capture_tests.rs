@@ -578,10 +578,71 @@ fn a_role_that_may_only_write_the_table_still_has_its_change_queued() {
     run("INSERT INTO pages (slug, status) VALUES ('by-editor', 'published')");
     let err = error_of("SELECT count(*) FROM indexnow_urls").unwrap();
     assert!(err.starts_with("42501"), "{err}");
-    let err = error_of("SELECT indexnow_watch('pages', url => 'https://evil.example.com/{slug}')").unwrap();
-    assert!(err.starts_with("42501"), "{err}");
+    // Nothing of the extension's but the save is the editor's: no table, no management
+    // function, no setting.
+    for sql in [
+        "SELECT indexnow_watch('pages', url => 'https://evil.example.com/{slug}')",
+        "SELECT indexnow_unwatch('pages')",
+        "SELECT * FROM indexnow_reconcile('pages')",
+        "SELECT indexnow_derive()",
+        "SELECT * FROM indexnow_push_now()",
+        "SELECT indexnow_add_host('www.example.com', 'stolen-key-1')",
+        "SELECT indexnow_disable_host('www.example.com')",
+        "SELECT indexnow_enable_host('www.example.com')",
+        "SELECT indexnow_set_key_location('www.example.com', NULL)",
+        "SELECT indexnow_confirm_copy()",
+        "SELECT indexnow_queue('https://www.example.com/planted')",
+        "SELECT count(*) FROM indexnow_watches",
+        "UPDATE indexnow_watches SET visible = 'true'",
+        "SELECT count(*) FROM indexnow_sources",
+        "SELECT count(*) FROM indexnow_changes",
+        "INSERT INTO indexnow_changes (tbl, keys) VALUES ('pages'::regclass, '[]')",
+        "SELECT count(*) FROM indexnow_relations",
+        "SELECT key FROM indexnow_hosts",
+        "DELETE FROM indexnow_urls",
+        "SET indexnow.enabled = off",
+        "SET indexnow.derive_at_write = 0",
+        "ALTER TABLE pages DISABLE TRIGGER ALL",
+    ] {
+        let err = error_of(sql).unwrap_or_else(|| panic!("the editor could run {sql}"));
+        assert!(err.starts_with("42501"), "{sql}: {err}");
+    }
     run("RESET ROLE");
     assert_eq!(pending(), "https://www.example.com/th/by-editor created");
+}
+
+#[pg_test]
+fn a_writer_cannot_slip_its_own_function_into_the_watchs_expressions() {
+    // The watch's url_sql calls a function of the site's, found through the watcher's
+    // search_path; a writer who puts a schema of its own first, with a function of that name,
+    // must not have it called (with the extension's rights) when its save is derived.
+    run("CREATE FUNCTION public.indexnow_test_slug(s text) RETURNS text LANGUAGE sql IMMUTABLE \
+           AS $$ SELECT lower(s) $$");
+    run("CREATE TABLE posts (id int PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('posts', \
+           url_sql => $$'https://www.example.com/p/' || indexnow_test_slug(slug)$$)");
+    run("CREATE ROLE indexnow_test_intruder");
+    run("GRANT USAGE ON SCHEMA public TO indexnow_test_intruder");
+    run("GRANT INSERT, UPDATE ON posts TO indexnow_test_intruder");
+    run("CREATE SCHEMA indexnow_test_own AUTHORIZATION indexnow_test_intruder");
+    run("CREATE TABLE public.indexnow_test_called (who text)");
+    run("GRANT INSERT ON public.indexnow_test_called TO PUBLIC");
+    install_error_catcher();
+    run("SET LOCAL ROLE indexnow_test_intruder");
+    run("CREATE FUNCTION indexnow_test_own.indexnow_test_slug(s text) RETURNS text \
+           LANGUAGE sql VOLATILE AS $$ \
+             INSERT INTO public.indexnow_test_called VALUES (current_user); \
+             SELECT 'hijacked' $$");
+    run("SET LOCAL search_path = indexnow_test_own, public");
+    run("INSERT INTO posts VALUES (1, 'Hello')");
+    run("UPDATE posts SET slug = 'World' WHERE id = 1");
+    run("RESET ROLE");
+    run("SET LOCAL search_path = public");
+    assert_eq!(count("SELECT count(*) FROM indexnow_test_called"), 0);
+    assert_eq!(
+        pending_like("%/p/%"),
+        "https://www.example.com/p/world created"
+    );
 }
 
 // Issue 10's findings, each a test that failed on the capture that derived URLs from the old row
