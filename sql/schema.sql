@@ -86,6 +86,9 @@ CREATE TABLE indexnow_watches (
     search_path   text NOT NULL,                    -- the watcher's, for visible and url_sql
     time_zone     text NOT NULL,                    -- the watcher's, for a publish_at without zone
     active        boolean NOT NULL DEFAULT true,    -- false: unwatched, removals still owed
+    owner         name NOT NULL,                    -- who made it: its SQL runs with this role's rights
+    rows_keys     text NOT NULL DEFAULT '',         -- the watch's SQL over rows, run as owner
+    rows_all      text NOT NULL DEFAULT '',
     derive_keys   text NOT NULL,
     derive_all    text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),

@@ -7,6 +7,46 @@
 -- Functions that write the queue for other roles are SECURITY DEFINER, and every function that
 -- runs SQL pins search_path to this schema, so no caller can slip its own objects in.
 
+-- indexnow_watch(): the public name and defaults. It runs as its caller, only to hand the caller's
+-- schemas (its search_path, which the watch's expressions were written for) to
+-- indexnow_make_watch(), which runs as the extension's owner and checks the caller's rights (see
+-- src/capture/watch.rs).
+CREATE FUNCTION indexnow_watch(tbl regclass, url text DEFAULT NULL, visible text DEFAULT NULL,
+    ignore text[] DEFAULT '{created_at,updated_at}', publish_at text DEFAULT NULL,
+    hidden_reason text DEFAULT 'unpublished', url_sql text DEFAULT NULL,
+    related text[] DEFAULT NULL) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT @extschema@.indexnow_make_watch(tbl, url, visible, ignore, publish_at, hidden_reason,
+                                           url_sql, related,
+                                           pg_catalog.current_schemas(false)::pg_catalog.text[])
+$$;
+
+-- Watching, for a role that is not the extension's owner, in one step:
+--   SELECT indexnow_grant_watching('editor');   -- and indexnow_revoke_watching('editor')
+-- The role may then watch, unwatch and reconcile the tables it has the TRIGGER privilege on (its
+-- own), and a watch's SQL runs with that role's rights (src/capture/owner.rs).
+CREATE FUNCTION indexnow_grant_watching(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
+AS $$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'GRANT EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
+        '@extschema@.indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]), '
+        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) TO %s', role);
+END
+$$;
+CREATE FUNCTION indexnow_revoke_watching(role regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
+AS $$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'REVOKE EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
+        '@extschema@.indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]), '
+        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) FROM %s', role);
+END
+$$;
+
 REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches,
     indexnow_changes, indexnow_sources, indexnow_relations FROM PUBLIC;
 
@@ -18,13 +58,18 @@ REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_revoke_watching(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_watch_rows(integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_capture_target(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_table_changed(oid, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_expression_type(text, text, text) FROM PUBLIC;
+-- indexnow_expression_type() stays PUBLIC: it runs as its caller (a watcher's expressions are
+-- checked with the watcher's rights) and tells only what the caller could find out with a query.
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
@@ -40,8 +85,14 @@ ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @ex
 -- workers to count an empty pending index: 5 ms of a 7 ms call, measured with 200,000 pushed URLs.
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET max_parallel_workers_per_gather = 0 SET jit = off;
-ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
-ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
+-- Watching runs as the extension's owner (it writes the extension's tables and installs its
+-- triggers) and checks the caller's rights itself (src/capture/watch.rs).
+ALTER FUNCTION indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[])
+    SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_unwatch(regclass, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_reconcile(regclass) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+-- indexnow_watch_rows() (src/capture/owner.rs) runs a watch's SQL as the role that made it, under
+-- the watch's own search_path, which the derivation that calls it has set: not pinned here.
 -- Follows partitions joining or leaving a watched tree (called by the event trigger, as the
 -- extension's owner: see indexnow_on_ddl() in capture.sql).
 ALTER FUNCTION indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
@@ -60,8 +111,6 @@ ALTER FUNCTION indexnow_capture() SECURITY DEFINER SET search_path = @extschema@
 -- estimated cost, over a pending set the planner cannot estimate, can pass jit_above_cost.
 ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;
--- indexnow_watch is not pinned on purpose: it resolves the caller's visible and url_sql
--- expressions with the caller's search_path (and names its own objects with their schema).
 
 -- Planner hints: one URL in, at most one row out.
 ALTER FUNCTION indexnow_capture_target(text, boolean) ROWS 1;

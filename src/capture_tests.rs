@@ -623,7 +623,7 @@ fn a_writer_cannot_slip_its_own_function_into_the_watchs_expressions() {
            url_sql => $$'https://www.example.com/p/' || indexnow_test_slug(slug)$$)");
     run("CREATE ROLE indexnow_test_intruder");
     run("GRANT USAGE ON SCHEMA public TO indexnow_test_intruder");
-    run("GRANT INSERT, UPDATE ON posts TO indexnow_test_intruder");
+    run("GRANT SELECT, INSERT, UPDATE ON posts TO indexnow_test_intruder");
     run("CREATE SCHEMA indexnow_test_own AUTHORIZATION indexnow_test_intruder");
     run("CREATE TABLE public.indexnow_test_called (who text)");
     run("GRANT INSERT ON public.indexnow_test_called TO PUBLIC");
@@ -1059,4 +1059,63 @@ fn status_in_a_read_only_transaction_reports_without_deriving() {
     run("SET LOCAL transaction_read_only = on");
     assert_eq!(count("SELECT count(*) FROM indexnow_status()"), 1);
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+}
+
+#[pg_test]
+fn a_table_owner_given_watching_watches_its_own_tables_with_its_own_rights() {
+    run("CREATE ROLE indexnow_test_owner");
+    run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_owner");
+    run("SELECT indexnow_grant_watching('indexnow_test_owner')");
+    run("SELECT indexnow_add_host('www.example.com', 'abcdefgh')");
+    run("CREATE TABLE public.indexnow_test_others (id int PRIMARY KEY, slug text)");
+    // What a watch's expression runs as, and whether it could read the keys.
+    run("CREATE TABLE public.indexnow_test_seen (who text, reads_keys boolean)");
+    run("GRANT INSERT ON public.indexnow_test_seen TO PUBLIC");
+    run("CREATE FUNCTION public.indexnow_test_probe() RETURNS boolean LANGUAGE plpgsql VOLATILE \
+           AS $$ BEGIN \
+             INSERT INTO public.indexnow_test_seen \
+             VALUES (current_user, has_table_privilege('indexnow_hosts', 'SELECT')); \
+             RETURN true; END $$");
+    install_error_catcher();
+    run("SET LOCAL ROLE indexnow_test_owner");
+    run("CREATE TABLE public.indexnow_test_mine (id int PRIMARY KEY, slug text)");
+    run("INSERT INTO indexnow_test_mine VALUES (1, 'before')");
+    run("SELECT indexnow_watch('indexnow_test_mine', url => 'https://www.example.com/m/{slug}', \
+           visible => 'indexnow_test_probe()')");
+    // An expression that reads the keys is checked with the owner's rights: refused.
+    let err = error_of(
+        "SELECT indexnow_watch('indexnow_test_mine', url_sql => \
+           $$'https://www.example.com/k/' || (SELECT key FROM indexnow_hosts LIMIT 1)$$)",
+    )
+    .unwrap();
+    assert!(err.contains("permission denied for table indexnow_hosts"), "{err}");
+    // Another role's table: refused.
+    for sql in [
+        "SELECT indexnow_watch('indexnow_test_others', url => 'https://www.example.com/o/{slug}')",
+        "SELECT * FROM indexnow_reconcile('indexnow_test_others')",
+        "SELECT indexnow_unwatch('indexnow_test_others')",
+    ] {
+        let err = error_of(sql).unwrap_or_else(|| panic!("the owner could run {sql}"));
+        assert!(err.starts_with("42501") && err.contains("TRIGGER privilege"), "{sql}: {err}");
+    }
+    // Still nothing of the extension's is readable.
+    let err = error_of("SELECT count(*) FROM indexnow_watches").unwrap();
+    assert!(err.starts_with("42501"), "{err}");
+    run("INSERT INTO indexnow_test_mine VALUES (2, 'after')");
+    run("RESET ROLE");
+    // A superuser's write of the table: the watch's SQL still runs as the role that made it.
+    run("INSERT INTO indexnow_test_mine VALUES (3, 'by-admin')");
+    run("INSERT INTO indexnow_test_mine SELECT g, 'bulk-' || g FROM generate_series(10, 400) g");
+    assert_eq!(count("SELECT count(*) FROM indexnow_reconcile('indexnow_test_mine')"), 1);
+    derive();
+    assert!(count("SELECT count(*) FROM indexnow_test_seen") > 390);
+    assert_eq!(
+        text("SELECT string_agg(DISTINCT who || ' ' || reads_keys, ', ') FROM indexnow_test_seen")
+            .as_deref(),
+        Some("indexnow_test_owner false")
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/m/%' AND request_seq > settled_seq"),
+        393
+    );
 }

@@ -11,6 +11,7 @@
 //!   derived after commit
 //! - `gate`        indexnow_capture(), the trigger function: skips the watches an UPDATE leaves
 //!   unchanged, derives a small event at once, records the others
+//! - `owner`       a watch's own SQL evaluated with the rights of the role that made it
 //! - `related`     related tables: from a written parent row to the watched rows that read it
 //! - `partitions`  partitions and inheritance children of a watched table
 //! - `triggers`    the capture triggers: installed, dropped when no watch needs them
@@ -21,6 +22,7 @@
 pub mod derive;
 pub mod fingerprint;
 pub mod gate;
+pub mod owner;
 pub mod partitions;
 pub mod related;
 pub mod statements;

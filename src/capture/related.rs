@@ -33,6 +33,8 @@ struct ForeignKey {
 /// A related table and the query from its written rows to the watched rows' keys.
 pub struct Relation {
     pub table: pg_sys::Oid,
+    /// `schema.name`, for messages.
+    pub label: String,
     pub dependents: String,
 }
 
@@ -89,6 +91,7 @@ pub fn plan(
             })?;
             Ok(Relation {
                 table: *oid,
+                label: label.clone(),
                 dependents: dependents(&watched_name, key, &path, &names),
             })
         })

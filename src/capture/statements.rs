@@ -81,7 +81,17 @@ pub enum TimeKind {
 }
 
 /// The generated statements of one watch.
+///
+/// The watch's own expressions (`url_sql`, `visible`, `publish_at`, and the template's columns)
+/// appear only in `rows_keys` and `rows_all`, which `indexnow_watch_rows()` runs with the rights of
+/// the role that made the watch (`super::owner`); the derivation statements read their rows
+/// through it and hold none of the watch's SQL.
 pub struct Statements {
+    /// The rows whose keys are in `$1`: each key (normalised), whether a row has it, and that
+    /// row's URL, visibility, publication time and fingerprint.
+    pub rows_keys: String,
+    /// The same for every row of the table.
+    pub rows_all: String,
     /// Derives the rows whose keys are in `$1`.
     pub derive_keys: String,
     /// Derives every row of the table and every row the watch has a source for.
@@ -165,6 +175,8 @@ pub fn event_keys(key: &[String], sources: &[&str]) -> String {
 impl WatchDefinition {
     pub fn statements(&self) -> Statements {
         Statements {
+            rows_keys: self.rows(true),
+            rows_all: self.rows(false),
             derive_keys: self.derive(true),
             derive_all: self.derive(false),
             baseline: self.baseline(false),
@@ -249,19 +261,18 @@ impl WatchDefinition {
         format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
     }
 
-    /// Per row of the table: its key (jsonb), URL, visibility, publication time, fingerprint.
-    /// With `keyed`, only the rows whose keys are in `k`. No row lock is taken: a derivation never
-    /// makes a save wait (a row and its source are written in one transaction, so a snapshot sees
-    /// both or neither; see docs/design.md for the one interleaving that leaves a stale source).
+    /// Per row of the table: its key (as text), whether it is there, its URL, visibility,
+    /// publication time and fingerprint. With `keyed`, one row per key in `$1`, the absent ones
+    /// with `present` false. No row lock is taken: a derivation never makes a save wait (a row
+    /// and its source are written in one transaction, so a snapshot sees both or neither; see
+    /// docs/design.md for the one interleaving that leaves a stale source).
     fn rows(&self, keyed: bool) -> String {
         let visible = match &self.visible {
             Some(v) => format!("coalesce(({v}), false)"),
             None => "true".to_string(),
         };
-        let select = format!(
-            "SELECT {row_key} AS row_key, {url} AS url, {visible} AS vis, {pub_at} AS pub_at, \
-                    {fp} AS fp",
-            row_key = row_key(&self.key_names(), "r"),
+        let columns = format!(
+            "{url} AS url, {visible} AS vis, {pub_at} AS pub_at, {fp} AS fp",
             url = self.url_expr(),
             pub_at = self.publish_at_expr(),
             fp = self.fingerprint_expr(),
@@ -274,9 +285,39 @@ impl WatchDefinition {
                 .map(|(i, (k, ty))| format!("r.{} = (k.row_key ->> {i})::{ty}", quote_ident(k)))
                 .collect::<Vec<_>>()
                 .join(" AND ");
-            format!("{select} FROM k JOIN {table} r ON {on}", table = self.table)
+            format!(
+                "WITH k AS ({keys}) \
+                 SELECT k.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, x.fp \
+                   FROM k LEFT JOIN LATERAL ( \
+                        SELECT k.row_key, {columns} FROM {table} r WHERE {on}) x ON true",
+                keys = self.normal_keys(),
+                table = self.table
+            )
         } else {
-            format!("{select} FROM {table} r", table = self.table)
+            format!(
+                "SELECT {row_key}::text, true, {columns} FROM {table} r",
+                row_key = row_key(&self.key_names(), "r"),
+                table = self.table
+            )
+        }
+    }
+
+    /// The CTEs `k` (the keys asked for; keyed only) and `d` (the rows there, with what they
+    /// derive to), read through `indexnow_watch_rows()` with the watch owner's rights.
+    fn read_rows(&self, keyed: bool) -> String {
+        let (ext, id) = (&self.ext, self.watch_id);
+        if keyed {
+            format!(
+                "w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp \
+                         FROM {ext}.indexnow_watch_rows({id}, $1)), \
+                 k AS (SELECT row_key FROM w), \
+                 d AS (SELECT row_key, url, vis, pub_at, fp FROM w WHERE present)"
+            )
+        } else {
+            format!(
+                "d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp \
+                         FROM {ext}.indexnow_watch_rows({id}, NULL))"
+            )
         }
     }
 
@@ -293,24 +334,18 @@ impl WatchDefinition {
     fn derive(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
-        let (keys, sources) = if keyed {
-            (
-                format!("k AS ({}), ", self.normal_keys()),
-                format!(
-                    "SELECT s.* FROM k JOIN {ext}.indexnow_sources s \
-                       ON s.watch_id = {id} AND s.row_key = k.row_key"
-                ),
+        let sources = if keyed {
+            format!(
+                "SELECT s.* FROM k JOIN {ext}.indexnow_sources s \
+                   ON s.watch_id = {id} AND s.row_key = k.row_key"
             )
         } else {
-            (
-                String::new(),
-                format!("SELECT s.* FROM {ext}.indexnow_sources s WHERE s.watch_id = {id}"),
-            )
+            format!("SELECT s.* FROM {ext}.indexnow_sources s WHERE s.watch_id = {id}")
         };
         let removals = removal_list();
         let hidden = quote_literal(self.hidden_reason.as_str());
         format!(
-            "WITH {keys}d AS ({rows}), {current}, \
+            "WITH {rows}, {current}, \
              p AS ({sources}), \
              pr AS ( \
                SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, \
@@ -391,7 +426,7 @@ impl WatchDefinition {
                               ORDER BY row_key LIMIT 3) x), \
                     (SELECT count(*) FROM cancelled) + (SELECT count(*) FROM kept) \
                       + (SELECT count(*) FROM dropped)",
-            rows = self.rows(keyed),
+            rows = self.read_rows(keyed),
             current = self.current(),
             known_live = known_live("u"),
         )
@@ -400,13 +435,8 @@ impl WatchDefinition {
     fn baseline(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
-        let keys = if keyed {
-            format!("k AS ({}), ", self.normal_keys())
-        } else {
-            String::new()
-        };
         format!(
-            "WITH {keys}d AS ({rows}), {current}, \
+            "WITH {rows}, {current}, \
              pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources \
@@ -435,7 +465,7 @@ impl WatchDefinition {
                        FROM (SELECT row_key, problem FROM c WHERE problem IS NOT NULL \
                               ORDER BY row_key LIMIT 3) x), \
                     (SELECT count(*) FROM kept) + (SELECT count(*) FROM q)",
-            rows = self.rows(keyed),
+            rows = self.read_rows(keyed),
             current = self.current(),
         )
     }
@@ -467,30 +497,35 @@ mod tests {
     #[test]
     fn statements_name_columns_and_the_watch() {
         let s = definition().statements();
-        assert!(s.derive_keys.contains(
+        assert!(s.rows_keys.contains(
             "'https://www.example.com/th/' || \"public\".indexnow_url_part(r.\"slug\"::text)"
         ));
-        assert!(s.derive_keys.contains(
+        assert!(s.rows_keys.contains(
             "pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r.\"id\", \
              'slug', r.\"slug\", 'body', r.\"body\"))::text)"
         ));
         assert!(s
-            .derive_keys
+            .rows_keys
             .contains("r.\"id\" = (k.row_key ->> 0)::integer"));
         assert!(s
-            .derive_keys
+            .rows_keys
             .contains("coalesce((status = 'published'), false) AS vis"));
         assert!(s
-            .derive_keys
+            .rows_keys
             .contains("(r.\"published_at\" AT TIME ZONE 'Asia/Bangkok') AS pub_at"));
-        assert!(s.derive_all.contains("FROM \"public\".\"pages\" r"));
-        assert!(!s.derive_all.contains("jsonb_array_elements"));
+        assert!(s.rows_all.contains("FROM \"public\".\"pages\" r"));
+        assert!(!s.rows_all.contains("jsonb_array_elements"));
         for sql in [&s.derive_keys, &s.derive_all] {
             assert!(sql.contains("'unpublished'"));
             assert!(sql.contains("ON CONFLICT (url_hash)"));
             assert!(sql.contains("s.watch_id = 7"));
+            assert!(sql.contains("\"public\".indexnow_watch_rows(7, "));
+            // The watch's own SQL runs only through indexnow_watch_rows(), as its owner.
+            assert!(!sql.contains("status = 'published'"), "{sql}");
+            assert!(!sql.contains("r.\"slug\""), "{sql}");
         }
         assert!(s.baseline.contains("'-infinity'"));
+        assert!(!s.baseline.contains("status = 'published'"));
     }
 
     #[test]
@@ -501,7 +536,7 @@ mod tests {
         d.url = UrlSource::Template(template::parse("https://x.com/o'neil/{slug}").unwrap());
         assert!(d
             .statements()
-            .derive_keys
+            .rows_keys
             .contains("'https://x.com/o''neil/'"));
     }
 

@@ -7,9 +7,14 @@
 //! extension member, `DROP EXTENSION` refuses while a table is watched (CASCADE drops the triggers
 //! too), and `pg_dump` restores them after `CREATE EXTENSION` recreates the function.
 //!
-//! `indexnow_watch` runs as its caller, with the caller's `search_path`: `visible` and `url_sql`
-//! are resolved with it, and the watch keeps it (and the caller's `TimeZone`, for a `publish_at`
-//! without zone) for every later derivation. Its own SQL names the extension's schema explicitly.
+//! Who may watch: a role with the TRIGGER privilege on the table (its owner has it) and on every
+//! related table, given EXECUTE on these functions (`indexnow_grant_watching()` in
+//! sql/security.sql does it in one step). They run as the extension's owner (they write its
+//! tables and install its triggers) and check the caller's rights themselves; the watch's own SQL
+//! is checked, and later evaluated, with the caller's rights (`super::owner`). `indexnow_watch()`
+//! is a SQL wrapper that passes the caller's `search_path` to `indexnow_make_watch()`: `visible`
+//! and `url_sql` are resolved with it, and the watch keeps it (and the caller's `TimeZone`, for a
+//! `publish_at` without zone) for every later derivation.
 //!
 //! Watching again, unwatching, recovering:
 //! - The first watch of a table and pattern records the rows public now as known to search
@@ -24,7 +29,7 @@
 use super::derive::{self, Rows};
 use super::statements::{quote_ident, PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
-use super::{related, triggers};
+use super::{owner, related, triggers};
 use crate::error::{invalid_parameter, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use pgrx::prelude::*;
@@ -120,37 +125,64 @@ fn describe(oid: pg_sys::Oid) -> Table {
 /// The type of `expr` over a row of `table` (checked in a subtransaction: an expression that does
 /// not parse is an ERROR naming the argument).
 fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
-    spi(
-        "checking an expression",
-        Spi::get_one_with_args::<String>(
-            &format!("SELECT {ext}.indexnow_expression_type($1, $2, $3)"),
-            &[table.qualified.as_str().into(), expr.into(), what.into()],
-        ),
-    )
-    .unwrap_or_default()
+    // Checked as the caller: planning alone may run the expression's functions (constant folding).
+    owner::as_role(owner::caller(), || {
+        spi(
+            "checking an expression",
+            Spi::get_one_with_args::<String>(
+                &format!("SELECT {ext}.indexnow_expression_type($1, $2, $3)"),
+                &[table.qualified.as_str().into(), expr.into(), what.into()],
+            ),
+        )
+        .unwrap_or_default()
+    })
 }
 
-/// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
-/// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
-/// queued for their time); a pattern watched before is derived again, row by row, against what it
-/// derived then (see the module's comment).
+/// Refuses unless the caller may put triggers on `table` (`what` names the argument).
+fn check_trigger_privilege(table: pg_sys::Oid, label: &str, what: &str) {
+    let may: Option<bool> = spi(
+        "checking privileges",
+        Spi::get_one_with_args(
+            "SELECT pg_catalog.has_table_privilege($1, $2, 'TRIGGER')",
+            &[owner::caller().into(), table.into()],
+        ),
+    );
+    if may != Some(true) {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "{what}: permission denied for table {label}: watching it needs the TRIGGER \
+                 privilege on it (its owner has it)"
+            )
+        );
+    }
+}
+
+/// Watch `tbl` for one URL pattern (`indexnow_watch()` calls this with the caller's schemas):
+/// install the capture triggers (once per table) and store the watch. A new pattern records the
+/// rows public now as known (not announced; scheduled ones are queued for their time); a pattern
+/// watched before is derived again, row by row, against what it derived then (see the module's
+/// comment).
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
-fn indexnow_watch(
+fn indexnow_make_watch(
     tbl: PgRelation,
-    url: default!(Option<&str>, "NULL"),
-    visible: default!(Option<&str>, "NULL"),
-    ignore: default!(Option<Vec<String>>, "'{created_at,updated_at}'"),
-    publish_at: default!(Option<&str>, "NULL"),
-    hidden_reason: default!(&str, "'unpublished'"),
-    url_sql: default!(Option<&str>, "NULL"),
-    related: default!(Option<Vec<String>>, "NULL"),
+    url: Option<&str>,
+    visible: Option<&str>,
+    ignore: Option<Vec<String>>,
+    publish_at: Option<&str>,
+    hidden_reason: &str,
+    url_sql: Option<&str>,
+    related: Option<Vec<String>>,
+    schemas: Vec<String>,
 ) {
     let ext = crate::extension::schema();
     let oid = tbl.oid();
     drop(tbl);
     let table = describe(oid);
     let label = &table.label;
+    check_trigger_privilege(oid, label, "indexnow_watch");
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {
@@ -271,14 +303,22 @@ fn indexnow_watch(
         .map(|(name, _)| name.clone())
         .filter(|c| !ignore.contains(c))
         .collect();
-    let search_path = spi(
-        "reading search_path",
-        Spi::get_one::<String>(
-            "SELECT concat_ws(', ', string_agg(quote_ident(s), ', '), 'pg_temp') \
-               FROM unnest(current_schemas(false)) s",
+    // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
+    // object never shadows one of the watch's).
+    let search_path = schemas
+        .iter()
+        .map(|s| quote_ident(s))
+        .chain(["pg_temp".to_string()])
+        .collect::<Vec<_>>()
+        .join(", ");
+    let maker: String = spi(
+        "reading the caller's name",
+        Spi::get_one_with_args(
+            "SELECT rolname::text FROM pg_catalog.pg_roles WHERE oid = $1",
+            &[owner::caller().into()],
         ),
     )
-    .unwrap_or_else(|| "pg_temp".into());
+    .unwrap_or_else(|| error!("indexnow_watch: the calling role has no name"));
 
     // What the table's writes recorded so far is derived under the watches they were made for.
     derive::derive_all_change_sets(&ext);
@@ -302,6 +342,7 @@ fn indexnow_watch(
             hidden_reason.as_str().into(),
             search_path.as_str().into(),
             time_zone.as_str().into(),
+            maker.as_str().into(),
         ]
     };
     let watch_id: i32 = match previous {
@@ -314,8 +355,9 @@ fn indexnow_watch(
                     &format!(
                         "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
                            url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
-                           hidden_reason = $7, search_path = $8, time_zone = $9, active = true \
-                         WHERE id = $10"
+                           hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
+                           active = true \
+                         WHERE id = $11"
                     ),
                     &args,
                 ),
@@ -327,8 +369,9 @@ fn indexnow_watch(
             Spi::get_one_with_args(
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                       publish_at, hidden_reason, search_path, time_zone, derive_keys, derive_all) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, '', '') \
+                       publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
+                       derive_all) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
                      RETURNING id"
                 ),
                 &args(),
@@ -353,17 +396,24 @@ fn indexnow_watch(
         "storing the watch",
         Spi::run_with_args(
             &format!(
-                "UPDATE {ext}.indexnow_watches SET derive_keys = $2, derive_all = $3 WHERE id = $1"
+                "UPDATE {ext}.indexnow_watches \
+                    SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
+                  WHERE id = $1"
             ),
             &[
                 watch_id.into(),
                 sql.derive_keys.as_str().into(),
                 sql.derive_all.as_str().into(),
+                sql.rows_keys.as_str().into(),
+                sql.rows_all.as_str().into(),
             ],
         ),
     );
     let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
         .unwrap_or_else(|e| watch_error(e));
+    for r in &relations {
+        check_trigger_privilege(r.table, &r.label, "indexnow_watch: related");
+    }
     spi(
         "storing the watch's related tables",
         Spi::run_with_args(
@@ -434,6 +484,7 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     drop(tbl);
     let ext = crate::extension::schema();
     let table = describe(oid);
+    check_trigger_privilege(oid, &table.label, "indexnow_unwatch");
     derive::derive_all_change_sets(&ext);
     let removed: i64 = spi(
         "removing the watch",
@@ -501,6 +552,7 @@ fn indexnow_reconcile(
     let oid = tbl.oid();
     drop(tbl);
     let ext = crate::extension::schema();
+    check_trigger_privilege(oid, &describe(oid).label, "indexnow_reconcile");
     derive::derive_all_change_sets(&ext);
     let watches = derive::watches_of(&ext, oid);
     if watches.is_empty() {

@@ -329,7 +329,7 @@ fn push(
     };
     let took = started.elapsed().as_secs_f64();
     let record_started = Instant::now();
-    session.step(|| record(&host.host, claimed, &decision, took));
+    record_answer(session, &host.host, claimed, &decision, took);
     debug2!(
         "indexnow: request to {} took {took:.3} s, recording it {:?}",
         host.host,
@@ -582,6 +582,32 @@ fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed
         .collect();
     claimed.retain(&keep);
     claimed
+}
+
+/// How often recording an answer is tried when it fails for a passing reason.
+const RECORD_TRIES: u32 = 10;
+
+/// Records one request's answer, trying again when that fails for a reason that passes (a
+/// deadlock with a save that queues the same URLs in another order): the answer is known, and a
+/// worker that gave up would leave the batch leased and send it again (measured in the soak: a
+/// deadlock in the settle re-sent a whole accepted batch).
+fn record_answer(session: Session, host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
+    for attempt in 1.. {
+        let recorded =
+            session.step(|| crate::subtransaction::run(|| record(host, claimed, decision, took)));
+        match recorded {
+            Ok(()) => return,
+            Err(failure) if failure.transient && attempt < RECORD_TRIES => {
+                std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+            }
+            Err(failure) => {
+                error!(
+                    "indexnow: could not record a push to {host}: {}",
+                    failure.message
+                )
+            }
+        }
+    }
 }
 
 /// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and

@@ -116,6 +116,9 @@ pub struct Report {
     /// The checker run again on what the receiver accepted, tampered with one way each: whether
     /// it caught each (a checker that cannot fail proves nothing).
     pub checker_catches: Vec<(String, bool)>,
+    /// The server log's ERROR, FATAL, PANIC and WARNING lines, without their time stamps, each
+    /// with how often it appeared (faults make some: a killed worker's connections).
+    pub server_messages: Vec<(String, usize)>,
     /// `(seconds into the run, total bytes of indexnow_urls with its indexes, live rows, dead rows)`.
     pub queue_size: Vec<(u64, i64, i64, i64)>,
 }
@@ -156,6 +159,9 @@ impl Report {
                 "soak: checker self-test: {tamper}: {}",
                 if *caught { "caught" } else { "MISSED" }
             );
+        }
+        for (line, n) in &self.server_messages {
+            println!("soak: server log ({n}x): {line}");
         }
         println!("soak: violations {}", self.violations.len());
         for v in &self.violations {
@@ -239,7 +245,13 @@ pub fn run(plan: &Plan) -> Report {
             .filter(|(s, _, _)| *s == segment)
             .map(|(_, f, at)| (*f, *at))
             .collect();
-        let pgbench = start_pgbench(&cluster, &script, plan, (plan.pages as f64 * 1.25) as i64);
+        let pgbench = start_pgbench(
+            &cluster,
+            &script,
+            plan,
+            segment,
+            (plan.pages as f64 * 1.25) as i64,
+        );
         let segment_started = Instant::now();
         for (fault, at) in &faults {
             let offset = Duration::from_secs_f64(plan.segment_seconds as f64 * at);
@@ -359,6 +371,7 @@ pub fn run(plan: &Plan) -> Report {
         report.faults.push((format!("receiver {kind}"), n));
     }
     check(&mut db, &accepted, &crashes, &mut report);
+    report.server_messages = server_messages(&cluster.log());
     report.checker_catches = checker_self_test(&mut db, &accepted, &crashes);
     report
 }
@@ -430,12 +443,39 @@ fn checker_self_test(
         .collect()
 }
 
+fn server_messages(log: &str) -> Vec<(String, usize)> {
+    let mut seen: Vec<(String, usize)> = vec![];
+    for line in log.lines() {
+        let Some(at) = ["ERROR:", "FATAL:", "PANIC:", "WARNING:"]
+            .iter()
+            .filter_map(|level| line.find(level))
+            .min()
+        else {
+            continue;
+        };
+        // Numbers vary (pids, keys): the message's shape is what is counted.
+        let shape: String = line[at..]
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '#' } else { c })
+            .take(200)
+            .collect();
+        match seen.iter_mut().find(|(s, _)| *s == shape) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((shape, 1)),
+        }
+    }
+    seen.sort_by(|a, b| b.1.cmp(&a.1));
+    seen.truncate(15);
+    seen
+}
+
 fn one(db: &mut Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).unwrap().get(0)
 }
 
 /// The site: `pages`, watched in Thai and English, and `page_log`, the oracle: every committed
-/// version of every page and the URLs it gives, written by a trigger of the site's own.
+/// version of every page and the URLs it gives, written by a trigger of the site's own. A public
+/// change is a change of any column the watches do not ignore (all but `sort_order`).
 fn set_up_site(db: &mut Client, pages: i64) {
     db.batch_execute(&format!(
         "CREATE TABLE pages ( \
@@ -459,8 +499,10 @@ fn set_up_site(db: &mut Client, pages: i64) {
            VALUES (NEW.id, 'https://{HOST}/th/' || NEW.slug, 'https://{HOST}/en/' || NEW.slug, \
                    NEW.status = 'published' AND NOT NEW.noindex, \
                    NEW.status = 'published' AND NOT NEW.noindex AND NEW.title_en IS NOT NULL, \
-                   TG_OP = 'INSERT' OR (OLD.slug, OLD.status, OLD.noindex, OLD.title_en, OLD.body) \
-                       IS DISTINCT FROM (NEW.slug, NEW.status, NEW.noindex, NEW.title_en, NEW.body)); \
+                   TG_OP = 'INSERT' OR (OLD.slug, OLD.status, OLD.noindex, OLD.title_en, \
+                                        OLD.body, OLD.edited_at) \
+                       IS DISTINCT FROM (NEW.slug, NEW.status, NEW.noindex, NEW.title_en, \
+                                         NEW.body, NEW.edited_at)); \
            RETURN NEW; \
          END $$; \
          CREATE TRIGGER log_page AFTER INSERT OR UPDATE OR DELETE ON pages \
@@ -508,8 +550,11 @@ fn start_pgbench(
     cluster: &Cluster,
     script: &std::path::Path,
     plan: &Plan,
+    segment: u64,
     maxid: i64,
 ) -> std::process::Child {
+    // Each segment its own seed: with one seed, every segment replayed the same edits.
+    let seed = plan.seed * 1_000_000 + segment;
     Command::new(format!("{PG_BIN}/pgbench"))
         .args([
             "-h",
@@ -520,7 +565,7 @@ fn start_pgbench(
             "postgres",
         ])
         .args(["-n", "-c", "8", "-j", "2", "--max-tries=10"])
-        .args(["--random-seed", &plan.seed.to_string()])
+        .args(["--random-seed", &seed.to_string()])
         .args(["-T", &plan.segment_seconds.to_string()])
         .args(["-R", &plan.rate.to_string()])
         .args(["-D", &format!("maxid={maxid}")])
