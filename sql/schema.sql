@@ -47,6 +47,11 @@ CREATE TABLE indexnow_urls (
     claimed_until     timestamptz,                  -- a sender's lease: while it runs, no other
                                                     --   sender takes the row; when it has passed
                                                     --   (the sender died), the row is due again
+    tried_at          timestamptz,                  -- when a worker last claimed it to send (not
+                                                    --   a dry run): the request may have arrived
+                                                    --   even if no answer was recorded (a killed
+                                                    --   worker, a timeout), so search engines may
+                                                    --   know the URL from then on
     dry_run_seq       bigint                        -- the request_seq a dry run last decided on:
                                                     --   not decided again until a new request
 ) WITH (fillfactor = 70);

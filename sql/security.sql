@@ -7,45 +7,27 @@
 -- Functions that write the queue for other roles are SECURITY DEFINER, and every function that
 -- runs SQL pins search_path to this schema, so no caller can slip its own objects in.
 
--- indexnow_watch(): the public name and defaults. It runs as its caller, only to hand the caller's
--- schemas (its search_path, which the watch's expressions were written for) to
--- indexnow_make_watch(), which runs as the extension's owner and checks the caller's rights (see
--- src/capture/watch.rs).
-CREATE FUNCTION indexnow_watch(tbl regclass, url text DEFAULT NULL, visible text DEFAULT NULL,
-    ignore text[] DEFAULT '{created_at,updated_at}', publish_at text DEFAULT NULL,
-    hidden_reason text DEFAULT 'unpublished', url_sql text DEFAULT NULL,
-    related text[] DEFAULT NULL) RETURNS void
-LANGUAGE sql VOLATILE
-AS $$
-    SELECT @extschema@.indexnow_make_watch(tbl, url, visible, ignore, publish_at, hidden_reason,
-                                           url_sql, related,
-                                           pg_catalog.current_schemas(false)::pg_catalog.text[])
-$$;
-
 -- Watching, for a role that is not the extension's owner, in one step:
 --   SELECT indexnow_grant_watching('editor');   -- and indexnow_revoke_watching('editor')
 -- The role may then watch, unwatch and reconcile the tables it has the TRIGGER privilege on (its
 -- own), and a watch's SQL runs with that role's rights (src/capture/owner.rs).
+CREATE FUNCTION indexnow_watching_privilege(role regrole, give boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
+AS $$
+BEGIN
+    EXECUTE pg_catalog.format(
+        '%s EXECUTE ON FUNCTION '
+        '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
+        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) '
+        '%s %s',
+        CASE WHEN give THEN 'GRANT' ELSE 'REVOKE' END, CASE WHEN give THEN 'TO' ELSE 'FROM' END,
+        role);
+END
+$$;
 CREATE FUNCTION indexnow_grant_watching(role regrole) RETURNS void
-LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
-AS $$
-BEGIN
-    EXECUTE pg_catalog.format(
-        'GRANT EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
-        '@extschema@.indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]), '
-        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) TO %s', role);
-END
-$$;
+LANGUAGE sql AS $$ SELECT @extschema@.indexnow_watching_privilege(role, true) $$;
 CREATE FUNCTION indexnow_revoke_watching(role regrole) RETURNS void
-LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
-AS $$
-BEGIN
-    EXECUTE pg_catalog.format(
-        'REVOKE EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
-        '@extschema@.indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]), '
-        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) FROM %s', role);
-END
-$$;
+LANGUAGE sql AS $$ SELECT @extschema@.indexnow_watching_privilege(role, false) $$;
 
 REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches,
     indexnow_changes, indexnow_sources, indexnow_relations FROM PUBLIC;
@@ -58,7 +40,7 @@ REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_revoke_watching(regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch_rows(integer, jsonb) FROM PUBLIC;
@@ -85,12 +67,11 @@ ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = @ex
 -- workers to count an empty pending index: 5 ms of a 7 ms call, measured with 200,000 pushed URLs.
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET max_parallel_workers_per_gather = 0 SET jit = off;
--- Watching runs as the extension's owner (it writes the extension's tables and installs its
--- triggers) and checks the caller's rights itself (src/capture/watch.rs).
-ALTER FUNCTION indexnow_make_watch(regclass, text, text, text[], text, text, text, text[], text[])
-    SECURITY DEFINER SET search_path = @extschema@, pg_temp;
-ALTER FUNCTION indexnow_unwatch(regclass, text) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
-ALTER FUNCTION indexnow_reconcile(regclass) SECURITY DEFINER SET search_path = @extschema@, pg_temp;
+-- Watching runs as its caller (the caller's rights and search_path check the arguments and the
+-- watch's SQL), then does the extension's part as the extension's owner (src/capture/owner.rs).
+-- indexnow_watch is not pinned: the watch's expressions are written for the caller's search_path.
+ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
 -- indexnow_watch_rows() (src/capture/owner.rs) runs a watch's SQL as the role that made it, under
 -- the watch's own search_path, which the derivation that calls it has set: not pinned here.
 -- Follows partitions joining or leaving a watched tree (called by the event trigger, as the

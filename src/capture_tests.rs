@@ -1065,23 +1065,44 @@ fn status_in_a_read_only_transaction_reports_without_deriving() {
 fn a_table_owner_given_watching_watches_its_own_tables_with_its_own_rights() {
     run("CREATE ROLE indexnow_test_owner");
     run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_owner");
+    run("DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO indexnow_test_owner', \
+                                    current_database()); END $$");
     run("SELECT indexnow_grant_watching('indexnow_test_owner')");
     run("SELECT indexnow_add_host('www.example.com', 'abcdefgh')");
     run("CREATE TABLE public.indexnow_test_others (id int PRIMARY KEY, slug text)");
-    // What a watch's expression runs as, and whether it could read the keys.
+    // What a watch's expression runs as, and whether it could read the keys. It also changes a
+    // setting for the session, which must not outlive it.
     run("CREATE TABLE public.indexnow_test_seen (who text, reads_keys boolean)");
     run("GRANT INSERT ON public.indexnow_test_seen TO PUBLIC");
     run("CREATE FUNCTION public.indexnow_test_probe() RETURNS boolean LANGUAGE plpgsql VOLATILE \
            AS $$ BEGIN \
              INSERT INTO public.indexnow_test_seen \
              VALUES (current_user, has_table_privilege('indexnow_hosts', 'SELECT')); \
+             PERFORM set_config('work_mem', '77kB', false); \
+             RETURN true; END $$");
+    // A watch's expression that would make another watch while it is derived.
+    run("CREATE FUNCTION public.indexnow_test_nested(id int) RETURNS boolean LANGUAGE plpgsql \
+           AS $$ BEGIN \
+             IF id IS NOT NULL THEN \
+               PERFORM indexnow_watch('indexnow_test_nest', url => 'https://www.example.com/n2/{id}'); \
+             END IF; \
              RETURN true; END $$");
     install_error_catcher();
     run("SET LOCAL ROLE indexnow_test_owner");
+    // The owner's own schema first in its path, with a now() of its own: the derivation
+    // statements (run as the extension's owner, or a superuser) must not call it.
+    run("CREATE SCHEMA indexnow_test_own_s");
+    run("CREATE FUNCTION indexnow_test_own_s.now() RETURNS timestamptz LANGUAGE sql VOLATILE \
+           AS $$ INSERT INTO public.indexnow_test_seen VALUES (current_user || ' now()', false) \
+                 RETURNING pg_catalog.now() $$");
+    run("SET LOCAL search_path = indexnow_test_own_s, pg_catalog, public");
     run("CREATE TABLE public.indexnow_test_mine (id int PRIMARY KEY, slug text)");
     run("INSERT INTO indexnow_test_mine VALUES (1, 'before')");
     run("SELECT indexnow_watch('indexnow_test_mine', url => 'https://www.example.com/m/{slug}', \
            visible => 'indexnow_test_probe()')");
+    run("CREATE TABLE public.indexnow_test_nest (id int PRIMARY KEY)");
+    run("SELECT indexnow_watch('indexnow_test_nest', url => 'https://www.example.com/n/{id}', \
+           visible => 'indexnow_test_nested(id)')");
     // An expression that reads the keys is checked with the owner's rights: refused.
     let err = error_of(
         "SELECT indexnow_watch('indexnow_test_mine', url_sql => \
@@ -1102,6 +1123,20 @@ fn a_table_owner_given_watching_watches_its_own_tables_with_its_own_rights() {
     let err = error_of("SELECT count(*) FROM indexnow_watches").unwrap();
     assert!(err.starts_with("42501"), "{err}");
     run("INSERT INTO indexnow_test_mine VALUES (2, 'after')");
+    run("INSERT INTO indexnow_test_nest VALUES (1)");
+    run("RESET ROLE");
+    run("SET LOCAL search_path = public");
+    // (checking the expression when the watch was made ran it once, in the maker's own session)
+    run("RESET work_mem");
+    // Another role's table as a related one: refused too.
+    run("ALTER TABLE indexnow_test_mine ADD COLUMN other int REFERENCES indexnow_test_others");
+    run("SET LOCAL ROLE indexnow_test_owner");
+    let err = error_of(
+        "SELECT indexnow_watch('indexnow_test_mine', url => 'https://www.example.com/r/{slug}', \
+           related => '{indexnow_test_others}')",
+    )
+    .unwrap();
+    assert!(err.starts_with("42501") && err.contains("indexnow_test_others"), "{err}");
     run("RESET ROLE");
     // A superuser's write of the table: the watch's SQL still runs as the role that made it.
     run("INSERT INTO indexnow_test_mine VALUES (3, 'by-admin')");
@@ -1114,8 +1149,72 @@ fn a_table_owner_given_watching_watches_its_own_tables_with_its_own_rights() {
             .as_deref(),
         Some("indexnow_test_owner false")
     );
+    assert_ne!(text("SHOW work_mem").as_deref(), Some("77kB"));
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/m/%' AND request_seq > settled_seq"),
         393
+    );
+    // The expression that tried to make a watch while derived was refused (its row skipped).
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches WHERE pattern LIKE '%/n2/%'"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/n/%'"), 0);
+    // Taken back in one step too.
+    run("SELECT indexnow_revoke_watching('indexnow_test_owner')");
+    run("SET LOCAL ROLE indexnow_test_owner");
+    let err = error_of("SELECT indexnow_unwatch('indexnow_test_mine')").unwrap();
+    assert!(err.starts_with("42501"), "{err}");
+    run("RESET ROLE");
+}
+
+#[pg_test]
+fn keys_of_types_defined_in_the_database_are_refused() {
+    run("CREATE TYPE indexnow_test_mood AS ENUM ('happy', 'sad')");
+    run("CREATE TABLE moods (m indexnow_test_mood PRIMARY KEY, slug text)");
+    let err = error_of("SELECT indexnow_watch('moods', url => 'https://www.example.com/{slug}')")
+        .unwrap();
+    assert!(err.contains("is of a type defined in the database"), "{err}");
+    run("CREATE DOMAIN indexnow_test_code AS text CHECK (VALUE <> '')");
+    run("CREATE TABLE coded (c indexnow_test_code PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('coded', url => 'https://www.example.com/c/{slug}')");
+}
+
+#[pg_test]
+fn hostile_values_skip_their_row_alone_and_never_fail_the_write() {
+    // Direct calls: a clear ERROR each.
+    assert_refused(
+        &[
+            ("SELECT indexnow_queue('https://www.example.com/%zz')", "broken percent-encoding"),
+            ("SELECT indexnow_queue('https:///x')", "single label"),
+            ("SELECT indexnow_queue('https://intranet/x')", "single label"),
+            ("SELECT indexnow_queue('https://www.example.com/' || repeat('a', 10000000))", "bytes in all"),
+        ],
+        Some("22023"),
+    );
+    // Through a watched table: good and bad rows in one statement; each bad row is skipped for
+    // the watch it breaks, the rest is queued, and the write succeeds.
+    run("CREATE TABLE hostile (id int PRIMARY KEY, slug text, host text, raw bytea, doc json)");
+    run("SELECT indexnow_watch('hostile', url => 'https://www.example.com/t/{slug}')");
+    run("SELECT indexnow_watch('hostile', url => 'https://{host}/h/{id}')");
+    run("SELECT indexnow_watch('hostile', url_sql => $$'https://www.example.com/s/' || slug$$)");
+    run("SELECT indexnow_watch('hostile', \
+           url_sql => $$'https://www.example.com/b/' || convert_from(raw, 'UTF8')$$)");
+    run("SELECT indexnow_watch('hostile', url_sql => $$'https://www.example.com/j/' || (doc ->> 's')$$)");
+    run(r#"INSERT INTO hostile VALUES
+             (1, 'good', 'www.example.com', 'ok'::bytea, '{"s": "ok"}'),
+             (2, repeat('a', 10000000), 'intranet', '\x00'::bytea, '{"s": "\u0000"}'),
+             (3, '%zz', 'WWW.Example.com.', '\xff'::bytea, '{"s": "x"}')"#);
+    assert_eq!(count("SELECT count(*) FROM hostile"), 3);
+    assert_eq!(
+        pending_like("%"),
+        [
+            "https://www.example.com/b/ok created",
+            "https://www.example.com/h/1 created",
+            "https://www.example.com/h/3 created",
+            "https://www.example.com/j/ok created",
+            "https://www.example.com/j/x created",
+            "https://www.example.com/s/good created",
+            "https://www.example.com/t/%25zz created",
+            "https://www.example.com/t/good created",
+        ]
+        .join("\n")
     );
 }

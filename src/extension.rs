@@ -31,3 +31,19 @@ pub fn schema_of_function(function: pg_sys::Oid) -> String {
     };
     quote_ident(&name)
 }
+
+/// The role that owns the extension: what watching runs as once the caller's rights are checked.
+pub fn owner() -> pg_sys::Oid {
+    crate::kept::get_one::<pg_sys::Oid>(
+        "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'indexnow'",
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: finding the extension's owner: {e}"))
+    .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"))
+}
+
+/// The search_path the extension's own statements run under when they run as its owner:
+/// `pg_catalog` first, so no object of anyone's shadows a built-in.
+pub fn own_search_path(ext: &str) -> String {
+    format!("pg_catalog, {ext}, pg_temp")
+}

@@ -33,7 +33,10 @@ pub fn here() -> (i64, u32) {
 /// life of the backend, so a kept plan of it is planned once.
 pub fn at_home_sql() -> String {
     let (system, database) = here();
-    format!("(h.home_system = {system} AND h.home_database = {database})")
+    format!(
+        "(h.home_system = {system}::pg_catalog.int8 \
+          AND h.home_database = '{database}'::pg_catalog.oid)"
+    )
 }
 
 /// Why a host's URLs are held in this database because it is a copy, for `indexnow_status()`: a

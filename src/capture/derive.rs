@@ -1,8 +1,9 @@
 //! Running derivations: a watch's statement (`super::statements`) over some rows of its table,
 //! with the settings it must run under, and the change sets the capture trigger recorded.
 //!
-//! - **Settings pinned.** Each derivation runs with the watch's `search_path` (its `visible` and
-//!   `url_sql` were written for it) and with the output settings fixed (`TimeZone` UTC,
+//! - **Settings pinned.** Each derivation runs with the extension's own `search_path` (`pg_catalog`
+//!   first; the watch's `visible` and `url_sql` run with the watch's, `super::owner`) and with the
+//!   output settings fixed (`TimeZone` UTC,
 //!   `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 1, `bytea_output` hex), so
 //!   that a URL, a fingerprint or a publication time never depends on the session that happens to
 //!   derive it. They are set for the derivation only and put back after, as a function's `SET`
@@ -38,7 +39,6 @@ pub struct Watch {
     pub pattern: String,
     /// The table, schema-qualified and quoted.
     pub table: String,
-    pub search_path: String,
     pub derive_keys: String,
     pub derive_all: String,
     /// The columns the UPDATE gate may ignore.
@@ -109,7 +109,7 @@ fn watches_where(
     };
     let sql = format!(
         "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                w.search_path, {statements}, w.ignore \
+                {statements}, w.ignore \
            FROM {ext}.indexnow_watches w \
            JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -123,10 +123,9 @@ fn watches_where(
                     id: r.get(1)?.unwrap_or_default(),
                     pattern: r.get(2)?.unwrap_or_default(),
                     table: r.get(3)?.unwrap_or_default(),
-                    search_path: r.get(4)?.unwrap_or_default(),
-                    derive_keys: r.get(5)?.unwrap_or_default(),
-                    derive_all: r.get(6)?.unwrap_or_default(),
-                    ignore: r.get(7)?.unwrap_or_default(),
+                    derive_keys: r.get(4)?.unwrap_or_default(),
+                    derive_all: r.get(5)?.unwrap_or_default(),
+                    ignore: r.get(6)?.unwrap_or_default(),
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -134,7 +133,8 @@ fn watches_where(
     .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"))
 }
 
-/// The output settings every derivation runs under, and the watch's search_path.
+/// The output settings every derivation runs under, with `search_path` (the extension's own for
+/// the derivation statements, the watch's for its row query: `super::owner`).
 pub fn pinned_settings(search_path: &str) -> [(&'static str, String); 6] {
     [
         ("search_path", search_path.to_string()),
@@ -146,8 +146,10 @@ pub fn pinned_settings(search_path: &str) -> [(&'static str, String); 6] {
     ]
 }
 
-/// Runs `f` with `settings`, and puts the earlier values back after it, as a function's `SET`
-/// clauses do (an ERROR inside unwinds them with the (sub)transaction it aborts).
+/// Runs `f` with `settings`, and puts every setting back after it, those `f` changed included (a
+/// `set_config(..., false)` in a watch's expression does not outlive it), as PostgreSQL does
+/// around `REFRESH MATERIALIZED VIEW`. An ERROR inside unwinds them with the (sub)transaction it
+/// aborts.
 pub fn with_settings<R>(settings: &[(&str, String)], f: impl FnOnce() -> R) -> R {
     // SAFETY: a GUC nest level is opened and closed around `f` on this backend's own state.
     let level = unsafe { pg_sys::NewGUCNestLevel() };
@@ -171,8 +173,8 @@ pub fn with_settings<R>(settings: &[(&str, String)], f: impl FnOnce() -> R) -> R
         }
     }
     let r = f();
-    // SAFETY: closes the level opened above.
-    unsafe { pg_sys::AtEOXact_GUC(true, level) };
+    // SAFETY: closes the level opened above, undoing everything set at it.
+    unsafe { pg_sys::AtEOXact_GUC(false, level) };
     r
 }
 
@@ -249,7 +251,7 @@ impl Skipped {
 /// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
 /// the rows for later.
 pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
-    let mut settings = pinned_settings(&watch.search_path).to_vec();
+    let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
     if matches!(rows, Rows::Keyed(_)) {
         // At most 10,000 keys: index probes are always the plan. Without statistics on the
         // queue's tables (a watch just made, before autovacuum's first ANALYZE) the planner took

@@ -1,21 +1,37 @@
-//! A watch's own SQL runs with the rights of the role that made it.
+//! Whose rights what runs with: a watch's own SQL runs with the rights of the role that made it,
+//! and the extension's own work with its owner's.
 //!
 //! `visible`, `url_sql`, `publish_at` and the template's columns are SQL the watch's maker wrote.
 //! The capture trigger runs as the extension's owner (it must write the queue whoever saves), and
 //! the workers as the bootstrap superuser: evaluated there, that SQL would have their rights, and
 //! a table owner allowed to watch its table could read keys or become superuser through an
 //! expression. So the rows a derivation needs are read by `indexnow_watch_rows()`, which switches
-//! to the watch's owner for the one statement that evaluates them, in a security-restricted
-//! operation (no `SET ROLE`, no temporary objects), as PostgreSQL does for `REFRESH MATERIALIZED
-//! VIEW` and for index expressions during maintenance. The derivation statements themselves hold
-//! none of the watch's SQL (`super::statements`).
+//! to the watch's maker for the one statement that evaluates them, in a security-restricted
+//! operation (no `SET ROLE`, no temporary objects), with the watch's `search_path` and every
+//! setting put back after it, as PostgreSQL does for `REFRESH MATERIALIZED VIEW`. That statement
+//! reads in the snapshot of the derivation that calls it (its rows and the sources they are
+//! compared with are seen at one moment). The derivation statements themselves hold none of the
+//! watch's SQL (`super::statements`) and run with `pg_catalog` first in their path.
 //!
-//! The owner is kept by name, not OID: a dump restored into another cluster finds the role of
+//! The other way round, `indexnow_watch()`, `indexnow_unwatch()` and `indexnow_reconcile()` run
+//! as their caller, check the caller's rights, and then do the extension's part (its tables, its
+//! triggers) as the extension's owner ([`as_extension_owner`]), as a SECURITY DEFINER function
+//! would; being invoker functions, they know who called them, whatever SECURITY DEFINER function
+//! called them.
+//!
+//! The maker is kept by name, not OID: a dump restored into another cluster finds the role of
 //! that name (or none: the derivation then fails with an error naming it).
+//!
+//! Key columns (and the columns of the foreign keys to related tables) must be of built-in types:
+//! the capture trigger turns keys into jsonb as the extension's owner, and a user-defined type's
+//! cast to json would be the maker's code run with those rights ([`built_in`]).
 
 use crate::kept;
 use pgrx::prelude::*;
 use pgrx::JsonB;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::CString;
 
 type WatchRow = (
     Option<String>,
@@ -45,15 +61,15 @@ fn indexnow_watch_rows(
     ),
 > {
     let ext = crate::extension::schema();
-    let found: Option<(Option<pg_sys::Oid>, String, String)> = Spi::connect(|client| {
+    let found: Option<(Option<pg_sys::Oid>, String, String, String)> = Spi::connect(|client| {
         let t = kept::read(
             client,
             &format!(
-                "SELECT r.oid, w.owner::text, \
+                "SELECT r.oid, w.owner::pg_catalog.text, w.search_path, \
                         CASE WHEN $2 THEN w.rows_keys ELSE w.rows_all END \
                    FROM {ext}.indexnow_watches w \
-                   LEFT JOIN pg_catalog.pg_roles r ON r.rolname = w.owner \
-                  WHERE w.id = $1"
+                   LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) w.owner \
+                  WHERE w.id OPERATOR(pg_catalog.=) $1"
             ),
             &[watch_id.into(), keys.is_some().into()],
         )?;
@@ -65,48 +81,113 @@ fn indexnow_watch_rows(
             r.get(1)?,
             r.get::<String>(2)?.unwrap_or_default(),
             r.get::<String>(3)?.unwrap_or_default(),
+            r.get::<String>(4)?.unwrap_or_default(),
         )))
     })
     .unwrap_or_else(|e| error!("indexnow: reading watch {watch_id}: {e}"));
-    let Some((role, owner, sql)) = found else {
+    let Some((role, maker, search_path, sql)) = found else {
         error!("indexnow: there is no watch {watch_id}");
     };
     let Some(role) = role else {
         error!(
-            "indexnow: the role {owner} that made watch {watch_id} does not exist: make the watch \
+            "indexnow: the role {maker} that made watch {watch_id} does not exist: make the watch \
              again with indexnow_watch() as a role that owns the table"
         );
     };
-    let rows = as_role(role, || {
-        Spi::connect(|client| {
-            kept::read(client, &sql, &[keys.into()])?
-                .map(|r| {
-                    Ok((
-                        r.get::<String>(1)?,
-                        r.get::<bool>(2)?.unwrap_or(false),
-                        r.get::<String>(3)?,
-                        r.get::<bool>(4)?,
-                        r.get::<TimestampWithTimeZone>(5)?,
-                        r.get::<String>(6)?,
-                    ))
-                })
-                .collect::<Result<Vec<WatchRow>, pgrx::spi::Error>>()
-        })
-        .unwrap_or_else(|e| error!("{e}"))
+    let settings = [("search_path", search_path)];
+    let rows = switched_to(role, true, || {
+        super::derive::with_settings(&settings, || read_in_this_snapshot(&sql, keys))
     });
     TableIterator::new(rows)
 }
 
-/// Runs `f` as `role`, in a security-restricted operation, and switches back after it, also when
-/// it raises an ERROR.
-pub fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+thread_local! {
+    /// The row statements planned in this backend, by text (see `crate::kept`).
+    static ROW_PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
+}
+
+/// Runs the row statement `sql` (`$1` the keys) read-only, in the snapshot of the statement that
+/// called `indexnow_watch_rows()`. (pgrx's SPI reads take a new snapshot once the transaction
+/// has written, as a volatile function's would.)
+fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
+    let keys_datum = keys.into_datum();
+    // SAFETY: SPI is connected and finished here; the plan is kept for the backend's life (as
+    // `crate::kept` keeps its plans); every value is copied out before SPI_finish. An ERROR
+    // inside unwinds SPI with the (sub)transaction it aborts.
+    unsafe {
+        pg_sys::SPI_connect();
+        let plan = ROW_PLANS.with(|plans| plans.borrow().get(sql).copied());
+        let plan = match plan {
+            Some(plan) => plan as pg_sys::SPIPlanPtr,
+            None => {
+                let text = CString::new(sql).unwrap_or_else(|_| error!("indexnow: a NUL in SQL"));
+                let mut types = [pg_sys::JSONBOID];
+                let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
+                if plan.is_null() {
+                    error!("indexnow: could not plan a watch's row statement");
+                }
+                pg_sys::SPI_keepplan(plan);
+                ROW_PLANS.with(|plans| plans.borrow_mut().insert(sql.to_string(), plan as usize));
+                plan
+            }
+        };
+        let mut values = [keys_datum.unwrap_or(pg_sys::Datum::from(0))];
+        let mut nulls = [if keys_datum.is_some() { b' ' } else { b'n' } as std::ffi::c_char];
+        let status =
+            pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_mut_ptr(), true, 0);
+        if status != pg_sys::SPI_OK_SELECT as i32 {
+            error!("indexnow: a watch's row statement failed ({status})");
+        }
+        let table = pg_sys::SPI_tuptable;
+        let mut rows = Vec::with_capacity(pg_sys::SPI_processed as usize);
+        for i in 0..pg_sys::SPI_processed as usize {
+            let tuple = *(*table).vals.add(i);
+            let column = |n: i32| {
+                let mut null = false;
+                let datum = pg_sys::SPI_getbinval(tuple, (*table).tupdesc, n, &mut null);
+                (datum, null)
+            };
+            let text = |n: i32| {
+                let (d, null) = column(n);
+                String::from_datum(d, null)
+            };
+            let (present, present_null) = column(2);
+            let (vis, vis_null) = column(4);
+            let (pub_at, pub_at_null) = column(5);
+            rows.push((
+                text(1),
+                bool::from_datum(present, present_null).unwrap_or(false),
+                text(3),
+                bool::from_datum(vis, vis_null),
+                TimestampWithTimeZone::from_datum(pub_at, pub_at_null),
+                text(6),
+            ));
+        }
+        pg_sys::SPI_finish();
+        rows
+    }
+}
+
+/// Runs `f` as the extension's owner (its tables, its triggers), with the extension's own
+/// search_path, as a SECURITY DEFINER function of it would; then as the caller again.
+pub fn as_extension_owner<R>(ext: &str, f: impl FnOnce() -> R) -> R {
+    let settings = [("search_path", crate::extension::own_search_path(ext))];
+    switched_to(crate::extension::owner(), false, || {
+        super::derive::with_settings(&settings, f)
+    })
+}
+
+/// Runs `f` as `role` (in a security-restricted operation when `restricted`), and switches back
+/// after it, also when it raises an ERROR.
+fn switched_to<R>(role: pg_sys::Oid, restricted: bool, f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
     // SAFETY: reads and sets this backend's current user, as PostgreSQL's own callers do.
     unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
-    let restricted = context
-        | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
-        | pg_sys::SECURITY_RESTRICTED_OPERATION as i32;
-    unsafe { pg_sys::SetUserIdAndSecContext(role, restricted) };
+    let mut switched = context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32;
+    if restricted {
+        switched |= pg_sys::SECURITY_RESTRICTED_OPERATION as i32;
+    }
+    unsafe { pg_sys::SetUserIdAndSecContext(role, switched) };
     let f = std::panic::AssertUnwindSafe(f);
     pgrx::PgTryBuilder::new(move || {
         let f = f;
@@ -116,9 +197,38 @@ pub fn as_role<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     .execute()
 }
 
-/// The role at the keyboard: the session's current role (after `SET ROLE`), whatever SECURITY
-/// DEFINER function is running. It is who makes a watch, and who must own the table.
+/// Who is calling: the current user of the invoker function that asks.
 pub fn caller() -> pg_sys::Oid {
-    // SAFETY: reads this backend's outer user.
-    unsafe { pg_sys::GetOuterUserId() }
+    // SAFETY: reads this backend's current user.
+    unsafe { pg_sys::GetUserId() }
+}
+
+/// Refuses a call from inside a security-restricted operation: a watch's own expression (which
+/// could otherwise make a watch while a derivation runs it) or maintenance that runs a table
+/// owner's code.
+pub fn refuse_in_restricted_operation(what: &str) {
+    // SAFETY: reads this backend's security context.
+    if unsafe { pg_sys::InSecurityRestrictedOperation() } {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "{what} cannot be called from a watch's expression or another \
+                 security-restricted operation"
+            )
+        );
+    }
+}
+
+/// Whether values of type `typ` turn into text and jsonb with built-in code only: its base type
+/// (through domains), and an array's element type, are built in.
+pub fn built_in(typ: pg_sys::Oid) -> bool {
+    // SAFETY: syscache lookups of a type that exists (a table column's).
+    unsafe {
+        let base = pg_sys::getBaseType(typ);
+        let element = pg_sys::get_element_type(base);
+        let first_user_oid = pg_sys::FirstNormalObjectId;
+        base.to_u32() < first_user_oid
+            && (element == pg_sys::InvalidOid || element.to_u32() < first_user_oid)
+    }
 }

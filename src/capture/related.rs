@@ -28,6 +28,8 @@ struct ForeignKey {
     child_cols: Vec<String>,
     parent: pg_sys::Oid,
     parent_cols: Vec<String>,
+    /// The types of the child's and the parent's columns.
+    types: Vec<pg_sys::Oid>,
 }
 
 /// A related table and the query from its written rows to the watched rows' keys.
@@ -89,6 +91,16 @@ pub fn plan(
                     watched_name
                 )
             })?;
+            // The dependents query joins along these keys as the extension's owner.
+            if path
+                .iter()
+                .any(|fk| !fk.types.iter().all(|t| super::owner::built_in(*t)))
+            {
+                return Err(format!(
+                    "the foreign keys from {watched_name} to related table {label} use a type \
+                     defined in the database: their columns must be of built-in types"
+                ));
+            }
             Ok(Relation {
                 table: *oid,
                 label: label.clone(),
@@ -169,7 +181,12 @@ fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Er
                                ORDER BY k.i), \
                         ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(n, i) \
                                 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n \
-                               ORDER BY k.i) \
+                               ORDER BY k.i), \
+                        ARRAY(SELECT a.atttypid FROM unnest(c.conkey || c.confkey) WITH ORDINALITY k(n, i) \
+                                JOIN pg_catalog.pg_attribute a \
+                                  ON a.attrelid = CASE WHEN k.i <= cardinality(c.conkey) \
+                                                       THEN c.conrelid ELSE c.confrelid END \
+                                 AND a.attnum = k.n) \
                    FROM pg_catalog.pg_constraint c \
                   WHERE c.contype = 'f' AND c.conrelid = ANY ($1) AND c.confrelid = ANY ($1) \
                   ORDER BY c.oid",
@@ -182,6 +199,7 @@ fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Er
                     parent: r.get(2)?.unwrap(),
                     child_cols: r.get(3)?.unwrap_or_default(),
                     parent_cols: r.get(4)?.unwrap_or_default(),
+                    types: r.get(5)?.unwrap_or_default(),
                 })
             })
             .collect()

@@ -19,7 +19,9 @@
 //! - A live request is `changed` when search engines were last told the URL is live, else
 //!   `created`; a scheduled one waits for its publication time (`available_at`).
 //! - A removal is sent only when search engines were told of the URL while this row gave it (its
-//!   last push is later than the source's `since`, a clock time), or a push of it is in flight.
+//!   last push is later than the source's `since`, a clock time), or may have been: a worker
+//!   claimed it to send since then (`tried_at`; the answer may be lost with a killed worker, or
+//!   the request may have arrived before a timeout).
 //!   A row that gives again a URL whose removal is still pending (unpublished, then republished
 //!   before the removal went out) takes `since` from that URL's last push: search engines still
 //!   know it as live from this row. Otherwise the URL
@@ -373,7 +375,7 @@ impl WatchDefinition {
                       CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' \
                            ELSE {hidden} END AS reason, \
                       ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) \
-                        OR coalesce(u.claimed_until > now(), false) AS announced \
+                        OR coalesce(u.tried_at >= pr.since, false) AS announced \
                  FROM pr JOIN {ext}.indexnow_urls u ON u.url_hash = pr.old_hash \
                 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash \
                   AND NOT EXISTS (SELECT FROM given g WHERE g.new_hash = pr.old_hash) \

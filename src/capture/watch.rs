@@ -9,12 +9,11 @@
 //!
 //! Who may watch: a role with the TRIGGER privilege on the table (its owner has it) and on every
 //! related table, given EXECUTE on these functions (`indexnow_grant_watching()` in
-//! sql/security.sql does it in one step). They run as the extension's owner (they write its
-//! tables and install its triggers) and check the caller's rights themselves; the watch's own SQL
-//! is checked, and later evaluated, with the caller's rights (`super::owner`). `indexnow_watch()`
-//! is a SQL wrapper that passes the caller's `search_path` to `indexnow_make_watch()`: `visible`
-//! and `url_sql` are resolved with it, and the watch keeps it (and the caller's `TimeZone`, for a
-//! `publish_at` without zone) for every later derivation.
+//! sql/security.sql does it in one step). They run as their caller: the arguments and the watch's
+//! own SQL are checked with the caller's rights and `search_path` (which the watch keeps for its
+//! expressions, with the caller's `TimeZone` for a `publish_at` without zone), and the watch's SQL
+//! is later evaluated with the maker's rights; then the extension's part (its tables, its
+//! triggers) runs as the extension's owner (`super::owner`).
 //!
 //! Watching again, unwatching, recovering:
 //! - The first watch of a table and pattern records the rows public now as known to search
@@ -63,6 +62,8 @@ struct Table {
     columns: Vec<(String, pg_sys::Oid)>,
     /// (name, SQL type)
     key: Vec<(String, String)>,
+    /// (name, type oid) of the key columns
+    key_types: Vec<(String, pg_sys::Oid)>,
 }
 
 fn describe(oid: pg_sys::Oid) -> Table {
@@ -117,7 +118,14 @@ fn describe(oid: pg_sys::Oid) -> Table {
             )?
             .map(|r| Ok((r.get::<String>(1)?.unwrap(), r.get::<String>(2)?.unwrap())))
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()?;
-        Ok::<_, pgrx::spi::Error>(Table { qualified, label, columns, key })
+        let key_types = key
+            .iter()
+            .map(|(k, _)| {
+                let typ = columns.iter().find(|(c, _)| c == k).map(|(_, t)| *t);
+                (k.clone(), typ.unwrap_or(pg_sys::InvalidOid))
+            })
+            .collect();
+        Ok::<_, pgrx::spi::Error>(Table { qualified, label, columns, key, key_types })
     })
     .unwrap_or_else(|e| error!("indexnow: reading the table's columns: {e}"))
 }
@@ -125,26 +133,23 @@ fn describe(oid: pg_sys::Oid) -> Table {
 /// The type of `expr` over a row of `table` (checked in a subtransaction: an expression that does
 /// not parse is an ERROR naming the argument).
 fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
-    // Checked as the caller: planning alone may run the expression's functions (constant folding).
-    owner::as_role(owner::caller(), || {
-        spi(
-            "checking an expression",
-            Spi::get_one_with_args::<String>(
-                &format!("SELECT {ext}.indexnow_expression_type($1, $2, $3)"),
-                &[table.qualified.as_str().into(), expr.into(), what.into()],
-            ),
-        )
-        .unwrap_or_default()
-    })
+    spi(
+        "checking an expression",
+        Spi::get_one_with_args::<String>(
+            &format!("SELECT {ext}.indexnow_expression_type($1, $2, $3)"),
+            &[table.qualified.as_str().into(), expr.into(), what.into()],
+        ),
+    )
+    .unwrap_or_default()
 }
 
-/// Refuses unless the caller may put triggers on `table` (`what` names the argument).
-fn check_trigger_privilege(table: pg_sys::Oid, label: &str, what: &str) {
+/// Refuses unless `caller` may put triggers on `table` (`what` names the argument).
+fn check_trigger_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str, what: &str) {
     let may: Option<bool> = spi(
         "checking privileges",
         Spi::get_one_with_args(
             "SELECT pg_catalog.has_table_privilege($1, $2, 'TRIGGER')",
-            &[owner::caller().into(), table.into()],
+            &[caller.into(), table.into()],
         ),
     );
     if may != Some(true) {
@@ -159,35 +164,41 @@ fn check_trigger_privilege(table: pg_sys::Oid, label: &str, what: &str) {
     }
 }
 
-/// Watch `tbl` for one URL pattern (`indexnow_watch()` calls this with the caller's schemas):
-/// install the capture triggers (once per table) and store the watch. A new pattern records the
-/// rows public now as known (not announced; scheduled ones are queued for their time); a pattern
-/// watched before is derived again, row by row, against what it derived then (see the module's
-/// comment).
+/// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
+/// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
+/// queued for their time); a pattern watched before is derived again, row by row, against what it
+/// derived then (see the module's comment).
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
-fn indexnow_make_watch(
+fn indexnow_watch(
     tbl: PgRelation,
-    url: Option<&str>,
-    visible: Option<&str>,
-    ignore: Option<Vec<String>>,
-    publish_at: Option<&str>,
-    hidden_reason: &str,
-    url_sql: Option<&str>,
-    related: Option<Vec<String>>,
-    schemas: Vec<String>,
+    url: default!(Option<&str>, "NULL"),
+    visible: default!(Option<&str>, "NULL"),
+    ignore: default!(Option<Vec<String>>, "'{created_at,updated_at}'"),
+    publish_at: default!(Option<&str>, "NULL"),
+    hidden_reason: default!(&str, "'unpublished'"),
+    url_sql: default!(Option<&str>, "NULL"),
+    related: default!(Option<Vec<String>>, "NULL"),
 ) {
+    owner::refuse_in_restricted_operation("indexnow_watch");
+    let caller = owner::caller();
     let ext = crate::extension::schema();
     let oid = tbl.oid();
     drop(tbl);
     let table = describe(oid);
     let label = &table.label;
-    check_trigger_privilege(oid, label, "indexnow_watch");
+    check_trigger_privilege(caller, oid, label, "indexnow_watch");
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {
         watch_error(format!(
             "{label} has no primary key: indexnow keeps what it derived from each row by it"
+        ));
+    }
+    if let Some((column, _)) = table.key_types.iter().find(|(_, t)| !owner::built_in(*t)) {
+        watch_error(format!(
+            "{label}'s primary key column \"{column}\" is of a type defined in the database: key \
+             columns must be of built-in types (or domains over them)"
         ));
     }
     let (pattern, source) = match (url, url_sql) {
@@ -305,174 +316,178 @@ fn indexnow_make_watch(
         .collect();
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
-    let search_path = schemas
-        .iter()
-        .map(|s| quote_ident(s))
-        .chain(["pg_temp".to_string()])
-        .collect::<Vec<_>>()
-        .join(", ");
+    let search_path = spi(
+        "reading search_path",
+        Spi::get_one::<String>(
+            "SELECT pg_catalog.concat_ws(', ', pg_catalog.string_agg(pg_catalog.quote_ident(s), \
+                    ', '), 'pg_temp') FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) s",
+        ),
+    )
+    .unwrap_or_else(|| "pg_temp".into());
     let maker: String = spi(
         "reading the caller's name",
         Spi::get_one_with_args(
             "SELECT rolname::text FROM pg_catalog.pg_roles WHERE oid = $1",
-            &[owner::caller().into()],
+            &[caller.into()],
         ),
     )
     .unwrap_or_else(|| error!("indexnow_watch: the calling role has no name"));
 
-    // What the table's writes recorded so far is derived under the watches they were made for.
-    derive::derive_all_change_sets(&ext);
-    // The same table and pattern watched before (active, or unwatched with its sources kept):
-    // it is this watch now, and keeps what it derived.
-    let previous: Option<i32> = first_or_none(
-        &format!(
-            "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
-              ORDER BY active DESC, id DESC LIMIT 1"
-        ),
-        &[table.qualified.as_str().into(), pattern.as_str().into()],
-    );
-    let args = || -> Vec<pgrx::datum::DatumWithOid> {
-        vec![
-            table.qualified.as_str().into(),
-            url.into(),
-            url_sql.into(),
-            visible.into(),
-            ignore.clone().into(),
-            publish_at.into(),
-            hidden_reason.as_str().into(),
-            search_path.as_str().into(),
-            time_zone.as_str().into(),
-            maker.as_str().into(),
-        ]
-    };
-    let watch_id: i32 = match previous {
-        Some(id) => {
-            let mut args = args();
-            args.push(id.into());
-            spi(
-                "storing the watch",
-                Spi::run_with_args(
-                    &format!(
-                        "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
-                           url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
-                           hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
-                           active = true \
-                         WHERE id = $11"
-                    ),
-                    &args,
-                ),
-            );
-            id
-        }
-        None => spi(
-            "storing the watch",
-            Spi::get_one_with_args(
-                &format!(
-                    "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                       publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
-                       derive_all) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
-                     RETURNING id"
-                ),
-                &args(),
-            ),
-        )
-        .unwrap(),
-    };
-    let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
-    let definition = WatchDefinition {
-        watch_id,
-        ext: ext.clone(),
-        table: table.qualified.clone(),
-        key: table.key.clone(),
-        public,
-        url: source,
-        visible: visible.map(str::to_string),
-        publish_at: publish,
-        hidden_reason,
-    };
-    let sql = definition.statements();
-    spi(
-        "storing the watch",
-        Spi::run_with_args(
+    // The extension's part, as its owner: the caller's rights are checked above.
+    owner::as_extension_owner(&ext.clone(), || {
+        // What the table's writes recorded so far is derived under the watches they were made for.
+        derive::derive_all_change_sets(&ext);
+        // The same table and pattern watched before (active, or unwatched with its sources kept):
+        // it is this watch now, and keeps what it derived.
+        let previous: Option<i32> = first_or_none(
             &format!(
-                "UPDATE {ext}.indexnow_watches \
-                    SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
-                  WHERE id = $1"
+                "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
+                  ORDER BY active DESC, id DESC LIMIT 1"
             ),
-            &[
-                watch_id.into(),
-                sql.derive_keys.as_str().into(),
-                sql.derive_all.as_str().into(),
-                sql.rows_keys.as_str().into(),
-                sql.rows_all.as_str().into(),
-            ],
-        ),
-    );
-    let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
-        .unwrap_or_else(|e| watch_error(e));
-    for r in &relations {
-        check_trigger_privilege(r.table, &r.label, "indexnow_watch: related");
-    }
-    spi(
-        "storing the watch's related tables",
-        Spi::run_with_args(
-            &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
-            &[watch_id.into()],
-        ),
-    );
-    for r in &relations {
+            &[table.qualified.as_str().into(), pattern.as_str().into()],
+        );
+        let args = || -> Vec<pgrx::datum::DatumWithOid> {
+            vec![
+                table.qualified.as_str().into(),
+                url.into(),
+                url_sql.into(),
+                visible.into(),
+                ignore.clone().into(),
+                publish_at.into(),
+                hidden_reason.as_str().into(),
+                search_path.as_str().into(),
+                time_zone.as_str().into(),
+                maker.as_str().into(),
+            ]
+        };
+        let watch_id: i32 = match previous {
+            Some(id) => {
+                let mut args = args();
+                args.push(id.into());
+                spi(
+                    "storing the watch",
+                    Spi::run_with_args(
+                        &format!(
+                            "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
+                               url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
+                               hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
+                               active = true \
+                             WHERE id = $11"
+                        ),
+                        &args,
+                    ),
+                );
+                id
+            }
+            None => spi(
+                "storing the watch",
+                Spi::get_one_with_args(
+                    &format!(
+                        "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
+                           publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
+                           derive_all) \
+                         VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
+                         RETURNING id"
+                    ),
+                    &args(),
+                ),
+            )
+            .unwrap(),
+        };
+        let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
+        let definition = WatchDefinition {
+            watch_id,
+            ext: ext.clone(),
+            table: table.qualified.clone(),
+            key: table.key.clone(),
+            public,
+            url: source,
+            visible: visible.map(str::to_string),
+            publish_at: publish,
+            hidden_reason,
+        };
+        let sql = definition.statements();
         spi(
-            "storing the watch's related tables",
+            "storing the watch",
             Spi::run_with_args(
                 &format!(
-                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
-                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
+                    "UPDATE {ext}.indexnow_watches \
+                        SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
+                      WHERE id = $1"
                 ),
                 &[
                     watch_id.into(),
-                    r.table.into(),
-                    r.dependents.as_str().into(),
+                    sql.derive_keys.as_str().into(),
+                    sql.derive_all.as_str().into(),
+                    sql.rows_keys.as_str().into(),
+                    sql.rows_all.as_str().into(),
                 ],
             ),
         );
-        triggers::install(&ext, &triggers::table_qualified(r.table));
-    }
-    triggers::install(&ext, &table.qualified);
-    for d in super::partitions::descendants(oid) {
-        triggers::install(&ext, &triggers::table_qualified(d));
-    }
-    let watch = derive::Watch {
-        id: watch_id,
-        pattern,
-        table: table.qualified.clone(),
-        search_path: search_path.clone(),
-        derive_keys: sql.derive_keys,
-        derive_all: sql.derive_all,
-        ignore,
-        ext: ext.clone(),
-    };
-    if previous.is_some() {
-        derive::derive(&watch, Rows::All, Reason::Gone)
-            .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
-    } else {
-        // The baseline runs as a derivation does (a row that fails is skipped alone).
-        let baseline = derive::Watch {
-            derive_keys: sql.baseline_keys,
-            derive_all: sql.baseline,
-            ..watch
-        };
-        derive::derive(&baseline, Rows::All, Reason::Gone)
-            .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
-        // The baseline may have written many rows: give the planner their statistics now
-        // rather than at autovacuum's next look.
+        let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
+            .unwrap_or_else(|e| watch_error(e));
+        for r in &relations {
+            check_trigger_privilege(caller, r.table, &r.label, "indexnow_watch: related");
+        }
         spi(
-            "analyzing the queue",
-            Spi::run(&format!(
-                "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
-            )),
+            "storing the watch's related tables",
+            Spi::run_with_args(
+                &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
+                &[watch_id.into()],
+            ),
         );
-    }
+        for r in &relations {
+            spi(
+                "storing the watch's related tables",
+                Spi::run_with_args(
+                    &format!(
+                        "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
+                         VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
+                    ),
+                    &[
+                        watch_id.into(),
+                        r.table.into(),
+                        r.dependents.as_str().into(),
+                    ],
+                ),
+            );
+            triggers::install(&ext, &triggers::table_qualified(r.table));
+        }
+        triggers::install(&ext, &table.qualified);
+        for d in super::partitions::descendants(oid) {
+            triggers::install(&ext, &triggers::table_qualified(d));
+        }
+        let watch = derive::Watch {
+            id: watch_id,
+            pattern,
+            table: table.qualified.clone(),
+            derive_keys: sql.derive_keys,
+            derive_all: sql.derive_all,
+            ignore,
+            ext: ext.clone(),
+        };
+        if previous.is_some() {
+            derive::derive(&watch, Rows::All, Reason::Gone)
+                .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
+        } else {
+            // The baseline runs as a derivation does (a row that fails is skipped alone).
+            let baseline = derive::Watch {
+                derive_keys: sql.baseline_keys,
+                derive_all: sql.baseline,
+                ..watch
+            };
+            derive::derive(&baseline, Rows::All, Reason::Gone)
+                .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
+            // The baseline may have written many rows: give the planner their statistics now
+            // rather than at autovacuum's next look.
+            spi(
+                "analyzing the queue",
+                Spi::run(&format!(
+                    "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
+                )),
+            );
+        }
+    });
 }
 
 /// Stop watching `tbl` for the pattern `url` (a template or url_sql as given to indexnow_watch),
@@ -482,10 +497,16 @@ fn indexnow_make_watch(
 fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     let oid = tbl.oid();
     drop(tbl);
+    owner::refuse_in_restricted_operation("indexnow_unwatch");
     let ext = crate::extension::schema();
     let table = describe(oid);
-    check_trigger_privilege(oid, &table.label, "indexnow_unwatch");
-    derive::derive_all_change_sets(&ext);
+    check_trigger_privilege(owner::caller(), oid, &table.label, "indexnow_unwatch");
+    owner::as_extension_owner(&ext.clone(), || unwatch(&ext, oid, &table, url));
+}
+
+/// The extension's part of `indexnow_unwatch()`, as its owner.
+fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
+    derive::derive_all_change_sets(ext);
     let removed: i64 = spi(
         "removing the watch",
         Spi::get_one_with_args(
@@ -509,9 +530,9 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    super::partitions::drop_triggers_if_unused(&ext, oid);
+    super::partitions::drop_triggers_if_unused(ext, oid);
     for d in super::partitions::descendants(oid) {
-        super::partitions::drop_triggers_if_unused(&ext, d);
+        super::partitions::drop_triggers_if_unused(ext, d);
     }
     let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
@@ -529,7 +550,7 @@ fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watch's related tables: {e}"));
     for r in related {
-        super::partitions::drop_triggers_if_unused(&ext, r);
+        super::partitions::drop_triggers_if_unused(ext, r);
     }
 }
 
@@ -551,8 +572,22 @@ fn indexnow_reconcile(
 > {
     let oid = tbl.oid();
     drop(tbl);
+    owner::refuse_in_restricted_operation("indexnow_reconcile");
     let ext = crate::extension::schema();
-    check_trigger_privilege(oid, &describe(oid).label, "indexnow_reconcile");
+    check_trigger_privilege(
+        owner::caller(),
+        oid,
+        &describe(oid).label,
+        "indexnow_reconcile",
+    );
+    TableIterator::new(owner::as_extension_owner(&ext.clone(), || {
+        reconcile(&ext, oid)
+    }))
+}
+
+/// The extension's part of `indexnow_reconcile()`, as its owner: per pattern, what it queued.
+fn reconcile(ext: &str, oid: pg_sys::Oid) -> Vec<(String, i64, i64, i64)> {
+    let ext = ext.to_string();
     derive::derive_all_change_sets(&ext);
     let watches = derive::watches_of(&ext, oid);
     if watches.is_empty() {
@@ -573,7 +608,7 @@ fn indexnow_reconcile(
     if owed > 0 {
         rows.push(("(unwatched)".into(), 0, 0, owed));
     }
-    TableIterator::new(rows)
+    rows
 }
 
 /// Derives the change sets the capture triggers recorded and no one has derived yet, oldest

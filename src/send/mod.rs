@@ -395,11 +395,18 @@ fn submit(
     }
     let (answered, answer) = std::sync::mpsc::channel();
     let (client, endpoint) = (client.clone(), endpoint.to_string());
-    without_signals(|| {
-        std::thread::spawn(move || {
-            let _ = answered.send(client.submit(&endpoint, &request));
-        })
+    let started = without_signals(|| {
+        std::thread::Builder::new()
+            .name("indexnow request".into())
+            .spawn(move || {
+                let _ = answered.send(client.submit(&endpoint, &request));
+            })
     });
+    if let Err(e) = started {
+        return Some(indexnow_protocol::Answer::NoConnection(format!(
+            "could not start the request's thread: {e}"
+        )));
+    }
     loop {
         match answer.recv_timeout(Duration::from_millis(20)) {
             Ok(answer) => return Some(answer),
@@ -419,17 +426,24 @@ fn submit(
 
 /// Runs `f` (which starts a thread) with every signal blocked, so that the new thread, which
 /// inherits the mask, never runs PostgreSQL's signal handlers: they belong to the main thread.
+/// The mask is put back however `f` ends.
 fn without_signals<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(libc::sigset_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: puts back the mask saved below.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        }
+    }
     // SAFETY: plain POSIX calls on masks owned here.
-    unsafe {
+    let _restore = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut before: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-        let r = f();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-        r
-    }
+        Restore(before)
+    };
+    f()
 }
 
 pub(crate) fn now() -> TimestampWithTimeZone {
@@ -707,18 +721,26 @@ fn prune(settings: &Settings) {
 /// count; a leased row counts from the end of its lease. A row that fell due during the pass
 /// (a long pass, a URL whose debounce ended meanwhile) is sent by another pass at once, after
 /// [`DUE_ALREADY`].
-pub fn sleep_before_next_pass(naptime: Duration) -> Duration {
+///
+/// `sent` says whether the pass just made sent anything: when it did not, a row due already is
+/// one it could not claim (locked by a save left open in its transaction, or an
+/// `indexnow_push_now()` holds the pass lock), and the worker waits [`DUE_BUT_UNCLAIMED`] for it
+/// instead of passing every 50 ms while that lasts.
+pub fn sleep_before_next_pass(naptime: Duration, sent: bool) -> Duration {
     let args = Settings::now().claim_args(now());
     let wait: Option<f64> = kept::get_one(&sql::seconds_to_next_due(), &args)
         .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
         Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
-        Some(_) => naptime.min(DUE_ALREADY),
+        Some(_) if sent => naptime.min(DUE_ALREADY),
+        Some(_) => naptime.min(DUE_BUT_UNCLAIMED),
         None => naptime,
     }
 }
 
-/// The pause before the pass after one that left a row due: short, so the row goes at once, and
-/// not nothing, so that a row this worker cannot claim for now (an `indexnow_push_now()` holds
-/// the pass lock) does not make it spin.
+/// The pause before the pass after one that sent and left a row due: short, so the row goes at
+/// once.
 const DUE_ALREADY: Duration = Duration::from_millis(50);
+
+/// The pause when a row is due that the last pass could not claim.
+const DUE_BUT_UNCLAIMED: Duration = Duration::from_secs(1);

@@ -80,10 +80,13 @@ const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, w
 
 /// A worker's claim: lock the rows, skipping those another sender holds, and lease them for
 /// `$8` seconds, in a transaction committed before any HTTP request. (The locked rows are found
-/// again by `ctid`: they cannot move while locked.)
+/// again by `ctid`: they cannot move while locked.) Unless it is a dry run (`$5`), it also notes
+/// `tried_at`: from now on the request may have reached search engines, whatever becomes of the
+/// answer.
 pub fn claim_with_lease() -> String {
     format!(
-        "UPDATE indexnow_urls SET claimed_until = $1 + make_interval(secs => $8) \
+        "UPDATE indexnow_urls SET claimed_until = $1 + make_interval(secs => $8), \
+                tried_at = CASE WHEN $5 THEN tried_at ELSE $1 END \
           WHERE ctid = ANY (ARRAY({})) RETURNING {CLAIMED_COLUMNS}",
         due_of_host("ctid", "", "FOR UPDATE SKIP LOCKED")
     )

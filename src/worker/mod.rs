@@ -278,16 +278,20 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             break; // the launcher starts a new worker at once, with the new settings
         }
         let enabled = guc::ENABLED.get();
+        let mut sent = false;
         if enabled {
             registry::set_state(db, State::Sending);
-            run_pass(Session::Worker { sender });
+            sent = !run_pass(Session::Worker { sender }).is_empty();
         } else {
             // Sending is paused; queueing goes on: what the capture triggers recorded is derived.
             derive_change_sets(Session::Worker { sender });
         }
         let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
         let (sleep, idle) = BackgroundWorker::transaction(|| {
-            (sleep_before_next_pass(naptime), idle_activity(enabled))
+            (
+                sleep_before_next_pass(naptime, sent),
+                idle_activity(enabled),
+            )
         });
         registry::set_state(
             db,
@@ -362,7 +366,7 @@ fn use_extension_schema() -> bool {
     // A read (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
     let set: Option<String> = crate::kept::get_one(
         "SELECT pg_catalog.set_config('search_path', \
-                pg_catalog.quote_ident(n.nspname) || ', pg_catalog', false) \
+                'pg_catalog, ' || pg_catalog.quote_ident(n.nspname), false) \
            FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
           WHERE e.extname = 'indexnow'",
         &[],

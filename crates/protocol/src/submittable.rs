@@ -46,6 +46,8 @@ pub enum UrlProblem {
     /// A host name of one label (`https://intranet/`, or `https:///x`, which parses as host
     /// `x`): no search engine can fetch it.
     SingleLabelHost(String),
+    /// A host name with an empty label (`www..example.com`).
+    EmptyLabel(String),
     /// Given as a host name, a value with a scheme, a path, a query, a fragment or user info.
     NotABareHost,
 }
@@ -106,6 +108,10 @@ impl fmt::Display for UrlProblem {
                 f,
                 "the URL has a \"%\" not followed by two hex digits (broken percent-encoding)"
             ),
+            UrlProblem::EmptyLabel(h) => write!(
+                f,
+                "the URL's host \"{h}\" has an empty label (two dots in a row)"
+            ),
             UrlProblem::NotABareHost => write!(
                 f,
                 "it is not a bare host name (such as www.example.com): no scheme, path, ?, # or @"
@@ -138,16 +144,20 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
     if !url.username().is_empty() || url.password().is_some() {
         return Err(UrlProblem::UserInfo);
     }
-    check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
-    url.set_fragment(None);
-    // `www.example.com.` and `www.example.com` are one site: the trailing dot is dropped, as a
-    // host added with one is stored without it.
+    // `www.example.com.` and `www.example.com` are one site: the trailing dots are dropped (as a
+    // host added with one is stored without it) before the host is checked, so that
+    // `127.0.0.1..` is seen as the address it names.
     if let Some(Host::Domain(name)) = url.host() {
         if name.ends_with('.') {
             let bare = name.trim_end_matches('.').to_string();
+            if bare.is_empty() {
+                return Err(UrlProblem::NoHost);
+            }
             url.set_host(Some(&bare)).map_err(|_| UrlProblem::NoHost)?;
         }
     }
+    check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
+    url.set_fragment(None);
     if !percent_encoding_is_whole(url.as_str()) {
         return Err(UrlProblem::BadPercentEncoding);
     }
@@ -199,6 +209,8 @@ fn check_host(host: Host<&str>) -> Result<(), UrlProblem> {
                 Err(UrlProblem::NoHost)
             } else if !bare.contains('.') {
                 Err(UrlProblem::SingleLabelHost(name.to_string()))
+            } else if bare.split('.').any(str::is_empty) {
+                Err(UrlProblem::EmptyLabel(name.to_string()))
             } else {
                 Ok(())
             }
@@ -392,7 +404,7 @@ mod tests {
             ),
             (
                 "https://LOCALHOST./x",
-                UrlProblem::Localhost("localhost.".into()),
+                UrlProblem::Localhost("localhost".into()),
             ),
             (
                 "https://app.localhost/x",
@@ -582,7 +594,18 @@ mod tests {
             ),
             (
                 "https://com./page",
-                UrlProblem::SingleLabelHost("com.".into()),
+                UrlProblem::SingleLabelHost("com".into()),
+            ),
+            (
+                "http://127.0.0.1../x",
+                UrlProblem::NonPublicIp {
+                    ip: "127.0.0.1".into(),
+                    kind: Loopback,
+                },
+            ),
+            (
+                "https://www..example.com/",
+                UrlProblem::EmptyLabel("www..example.com".into()),
             ),
         ];
         for (input, problem) in cases {

@@ -111,6 +111,8 @@ pub struct Report {
     /// worker (at-least-once).
     pub resent_after_crash: i64,
     pub violations: Vec<String>,
+    /// What the queue and the oracle hold for the first removal violations.
+    pub evidence: Vec<String>,
     /// URLs accepted before the load began: the seeded pages' first announcements.
     pub urls_sent_for_seed: usize,
     /// The checker run again on what the receiver accepted, tampered with one way each: whether
@@ -166,6 +168,9 @@ impl Report {
         println!("soak: violations {}", self.violations.len());
         for v in &self.violations {
             println!("soak: VIOLATION {v}");
+        }
+        for e in &self.evidence {
+            println!("soak: evidence {e}");
         }
     }
 }
@@ -768,6 +773,43 @@ fn check(db: &mut Client, accepted: &[(String, f64)], crashes: &[f64], report: &
                   ORDER BY v.seq DESC LIMIT 1) \
           LIMIT 20",
     ));
+    // For the next reader of a removal violation: what the queue and the oracle hold for it.
+    let evidence: Vec<String> = report
+        .violations
+        .iter()
+        .filter_map(|v| v.strip_prefix("removal not accepted: "))
+        .filter_map(|v| v.split_whitespace().next())
+        .take(3)
+        .flat_map(|url| {
+            let queue = db
+                .query(
+                    "SELECT format('queue: reason %s, request_seq %s, settled_seq %s, \
+                                    changed_at %s, last_pushed_at %s, claimed_until %s', \
+                                   reason, request_seq, settled_seq, changed_at, last_pushed_at, \
+                                   claimed_until) FROM indexnow_urls WHERE url = $1",
+                    &[&url],
+                )
+                .unwrap();
+            let versions = db
+                .query(
+                    "SELECT format('version %s at %s: %s %s', v.seq, v.at, \
+                                   coalesce(v.url, '(deleted)'), \
+                                   CASE WHEN v.public THEN 'public' ELSE 'hidden' END) \
+                       FROM versions v \
+                      WHERE v.id = (SELECT id FROM versions WHERE url = $1 LIMIT 1) \
+                        AND v.watch = (SELECT watch FROM versions WHERE url = $1 LIMIT 1) \
+                      ORDER BY v.seq DESC LIMIT 6",
+                    &[&url],
+                )
+                .unwrap();
+            queue
+                .iter()
+                .chain(versions.iter())
+                .map(|r| format!("  {url} {}", r.get::<_, String>(0)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    report.evidence.extend(evidence);
     // No URL was sent that was never public (before it was sent).
     report.violations.extend(violations(
         db,

@@ -1365,3 +1365,58 @@ fn what_the_worker_writes_counts_in_pg_stat_user_tables() {
             ) >= 1
     });
 }
+
+#[test]
+fn a_url_whose_push_was_lost_with_a_killed_worker_still_has_its_removal_sent() {
+    // Found by the long soak: the request reached the endpoint, the worker died before recording
+    // the answer, the lease ran out, and the page was unpublished before the URL was sent again.
+    // Search engines know the URL: its removal is owed.
+    let receiver = receiver();
+    receiver.script([Reply::Hang { hang_ms: 60_000 }]); // then 200s
+    let cluster = cluster(&receiver, &["indexnow.http_timeout = '2s'"]); // a 12 s lease
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE pages (id int PRIMARY KEY, slug text, status text); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
+                               visible => $$status = 'published'$$); \
+         INSERT INTO pages VALUES (1, 'launch', 'published');"
+    ))
+    .unwrap();
+    wait_until("the push is under way", SECONDS(30), || {
+        receiver.arrived() == 1
+    });
+    sigkill(worker_pid(&mut db, "site").expect("a worker"));
+    drop(db);
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.wait_for_connections(SECONDS(60));
+    let mut admin = cluster.connect("postgres");
+    admin
+        .batch_execute("ALTER SYSTEM SET indexnow.enabled = off")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(Duration::from_secs(14)); // past the lease
+    let mut db = cluster.connect("site");
+    db.batch_execute("UPDATE pages SET status = 'draft'").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls \
+              WHERE reason = 'unpublished' AND request_seq > settled_seq"
+        ),
+        1,
+        "the removal was cancelled as if the URL had never been sent"
+    );
+    admin
+        .batch_execute("ALTER SYSTEM RESET indexnow.enabled")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_until("the removal is sent", SECONDS(30), || {
+        receiver.received().iter().any(|r| {
+            r.status == 200
+                && r.request
+                    .as_ref()
+                    .is_some_and(|q| q.url_list == [format!("https://{HOST}/launch")])
+        })
+    });
+}
