@@ -10,10 +10,11 @@
 //!   derivations, related tables, partitions (its `mod.rs` lists its files)
 //! - `status`       `indexnow_status()`
 //! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
-//! - `worker`       the launcher and the per-database workers, waking them at commit
+//! - `worker`       the launcher and the per-database workers, waking them at commit, the
+//!   database and role settings they follow
 //! - `kept`         statements planned once per backend (SPI_keepplan)
 //! - `subtransaction`  work that may fail alone (a watch's statement, a re-read)
-//! - `extension`    the extension's own schema
+//! - `extension`    the extension's own schema and owner
 //! - `error`        how bad input is refused
 //! - `sql/`         tables (`schema.sql`), `indexnow_watch()`'s expression check and the event
 //!   trigger for partitions (`capture.sql`), grants and search_path pins (`security.sql`)
