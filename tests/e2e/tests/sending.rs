@@ -1397,7 +1397,8 @@ fn a_url_whose_push_was_lost_with_a_killed_worker_still_has_its_removal_sent() {
     admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     std::thread::sleep(Duration::from_secs(14)); // past the lease
     let mut db = cluster.connect("site");
-    db.batch_execute("UPDATE pages SET status = 'draft'").unwrap();
+    db.batch_execute("UPDATE pages SET status = 'draft'")
+        .unwrap();
     assert_eq!(
         count(
             &mut db,
