@@ -16,6 +16,7 @@
 //! - `subtransaction`  work that may fail alone (a watch's statement, a re-read)
 //! - `extension`    the extension's own schema and owner
 //! - `error`        how bad input is refused
+//! - `compat`       what differs between PostgreSQL 15, 16 and 18
 //! - `sql/`         tables (`schema.sql`), `indexnow_watch()`'s expression check and the event
 //!   trigger for partitions (`capture.sql`), grants and search_path pins (`security.sql`)
 //! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
@@ -24,6 +25,7 @@
 use pgrx::prelude::*;
 
 mod capture;
+mod compat;
 mod error;
 mod extension;
 mod guc;

@@ -405,7 +405,7 @@ impl Reader {
         if a_null || b_null {
             return a_null == b_null;
         }
-        let attr = &*(*self.desc).attrs.as_ptr().add(i);
+        let attr = crate::compat::attribute(self.desc, i);
         let (a, b) = (
             *(*self.slot).tts_values.add(i),
             *(*other.slot).tts_values.add(i),
@@ -449,7 +449,7 @@ unsafe fn primary_key(relation: pg_sys::Relation) -> Vec<i16> {
 unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
     let natts = (*desc).natts as usize;
     (0..natts)
-        .map(|i| &*(*desc).attrs.as_ptr().add(i))
+        .map(|i| crate::compat::attribute(desc, i))
         .filter(|a| !a.attisdropped)
         .map(|a| {
             let name = CStr::from_ptr(a.attname.data.as_ptr())
@@ -462,7 +462,7 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
 
 /// The names of the relation's primary key columns, in the key's order.
 unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
-    let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+    let index = crate::compat::primary_key_index(relation);
     if index == pg_sys::InvalidOid {
         error!("indexnow: a watched table has no primary key any more");
     }
@@ -475,7 +475,7 @@ unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
         .as_slice(form.indnkeyatts as usize)
         .iter()
         .map(|&att| {
-            let a = &*(*desc).attrs.as_ptr().add(att as usize - 1);
+            let a = crate::compat::attribute(desc, att as usize - 1);
             CStr::from_ptr(a.attname.data.as_ptr())
                 .to_string_lossy()
                 .into_owned()

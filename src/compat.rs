@@ -1,0 +1,46 @@
+//! What differs between the PostgreSQL versions indexnow is built for (15, 16, 18), in one place,
+//! the way pgrx itself does it: one function per difference, chosen by the `pgNN` feature.
+
+use pgrx::pg_sys;
+
+/// Attribute `i` (0-based) of a tuple descriptor. PostgreSQL 18 keeps a compact array in front of
+/// the full `pg_attribute` rows (`TupleDescAttr()` is an inline function in C, so it is not in
+/// the bindings).
+///
+/// # Safety
+/// `desc` must be a valid tuple descriptor and `i < natts`.
+pub unsafe fn attribute<'a>(
+    desc: pg_sys::TupleDesc,
+    i: usize,
+) -> &'a pg_sys::FormData_pg_attribute {
+    debug_assert!(i < (*desc).natts as usize);
+    #[cfg(not(feature = "pg18"))]
+    {
+        &*(*desc).attrs.as_ptr().add(i)
+    }
+    #[cfg(feature = "pg18")]
+    {
+        let first = (*desc)
+            .compact_attrs
+            .as_ptr()
+            .add((*desc).natts as usize)
+            .cast::<pg_sys::FormData_pg_attribute>();
+        &*first.add(i)
+    }
+}
+
+/// The OID of the relation's primary key index, or `InvalidOid`. PostgreSQL 18 asks whether a
+/// deferrable key will do; for naming the key columns it will.
+///
+/// # Safety
+/// `relation` must be an open relation.
+pub unsafe fn primary_key_index(relation: pg_sys::Relation) -> pg_sys::Oid {
+    #[cfg(not(feature = "pg18"))]
+    {
+        pg_sys::RelationGetPrimaryKeyIndex(relation)
+    }
+    #[cfg(feature = "pg18")]
+    {
+        pg_sys::RelationGetPrimaryKeyIndex(relation, true)
+    }
+}
