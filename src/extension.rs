@@ -47,3 +47,42 @@ pub fn owner() -> pg_sys::Oid {
 pub fn own_search_path(ext: &str) -> String {
     format!("pg_catalog, {ext}, pg_temp")
 }
+
+/// The version of this library (the `.so` file). The extension's SQL in a database is another
+/// version between installing a new release and `ALTER EXTENSION indexnow UPDATE` there.
+pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The version of the extension's SQL in this database (`pg_extension.extversion`), if installed.
+pub fn installed_version() -> Option<String> {
+    crate::kept::get_one(
+        "SELECT extversion::text FROM pg_catalog.pg_extension WHERE extname = 'indexnow'",
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading the extension's version: {e}"))
+}
+
+/// Why this library cannot serve this database yet, when its SQL is another version.
+pub fn version_mismatch() -> Option<String> {
+    installed_version()
+        .filter(|v| v != LIBRARY_VERSION)
+        .map(|v| {
+            format!(
+                "the extension in this database is version {v} and the installed library is \
+                 {LIBRARY_VERSION}"
+            )
+        })
+}
+
+/// Refuses a call whose SQL declaration may differ from the library's (a function's result
+/// columns change between releases) until the database is updated.
+pub fn require_current_version() {
+    if let Some(why) = version_mismatch() {
+        pgrx::pg_sys::panic::ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("indexnow: {why}"),
+            "indexnow",
+        )
+        .set_hint("Run ALTER EXTENSION indexnow UPDATE in this database.")
+        .report(PgLogLevel::ERROR);
+    }
+}

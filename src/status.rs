@@ -1,6 +1,8 @@
 //! `indexnow_status()`: what is pending, due, failed and paused, per host, and what the worker of
 //! this database is doing. With no host and nothing queued it returns one row whose `host` is
-//! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by.
+//! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by,
+//! and says why a host sends nothing (`held`), when its next URL can go out, how long the URL due
+//! the longest has waited (what an alert watches), and whether sending is a dry run.
 
 use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
@@ -19,7 +21,26 @@ type StatusRow = (
     Option<TimestampWithTimeZone>,
     Option<String>,
     String,
+    Option<Interval>,
+    bool,
 );
+
+/// Why nothing goes out for a host (`h`, its `indexnow_hosts` row, NULL when it has no key; `n`,
+/// its name) however long one waits: a SQL text expression, NULL when it can send. `$5` is whether
+/// `indexnow.enabled` is on. (A pause is not here: it ends by itself, `backoff_until` shows it.)
+fn held_sql() -> String {
+    let copy = crate::hosts::held_as_copy_sql();
+    format!(
+        "CASE WHEN h.host IS NULL THEN \
+                'no key: nothing is sent for this host until SELECT indexnow_add_host(' \
+                || pg_catalog.quote_literal(n.host) || ', <key>) is run' \
+              WHEN NOT h.enabled THEN \
+                'disabled: nothing is sent for this host until SELECT indexnow_enable_host(' \
+                || pg_catalog.quote_literal(n.host) || ') is run' \
+              WHEN NOT $5 THEN 'indexnow.enabled is off: nothing is sent from this database' \
+              ELSE {copy} END"
+    )
+}
 
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
@@ -38,8 +59,13 @@ fn indexnow_status() -> TableIterator<
         name!(backoff_until, Option<TimestampWithTimeZone>),
         name!(held, Option<String>),
         name!(worker, String),
+        name!(oldest_due_age, Option<Interval>),
+        name!(dry_run, bool),
     ),
 > {
+    // The result's columns are those of this library's release: refused on a database whose
+    // extension SQL is another release's (between installing a release and ALTER EXTENSION UPDATE).
+    crate::extension::require_current_version();
     // What the capture triggers recorded is derived first (spec behaviour 8) — except on a hot
     // standby, which cannot write: its status counts what the primary had derived.
     let ext = crate::extension::schema();
@@ -49,32 +75,42 @@ fn indexnow_status() -> TableIterator<
         crate::capture::derive::derive_all_change_sets(&ext);
     }
     let worker = crate::worker::state_for_status();
+    let dry_run = crate::worker::dry_run_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
-    let held = crate::hosts::held_as_copy_sql();
+    let held = held_sql();
+    // next_due_at: when a URL can really go out — its due time, or the end of a pause if later;
+    // none while the host is held. oldest_due_age: how long the URL due the longest has waited.
     let sql = format!(
         "WITH pending AS ( \
              SELECT host, count(*) AS pending, count(*) FILTER (WHERE {DUE_SQL}) AS due_now, \
-                    min({DUE_AT_SQL}) AS next_due_at \
+                    min({DUE_AT_SQL}) AS first_due_at \
                FROM indexnow_urls WHERE request_seq > settled_seq GROUP BY host), \
          failed AS ( \
              SELECT host, count(*) AS failed FROM indexnow_urls \
               WHERE failed_at IS NOT NULL AND request_seq = settled_seq GROUP BY host), \
          names AS ( \
              SELECT host FROM indexnow_hosts UNION SELECT host FROM pending \
-             UNION SELECT host FROM failed) \
-         SELECT n.host, h.key IS NOT NULL, coalesce(h.enabled, false), \
-                coalesce(p.pending, 0), coalesce(p.due_now, 0), coalesce(f.failed, 0), \
-                p.next_due_at, lp.pushed_at, lp.status, \
-                (SELECT max(b.until) FROM indexnow_backoff b \
-                  WHERE b.scope IN ('*', n.host) AND b.until > $1), \
-                {held} \
-           FROM names n \
-           LEFT JOIN indexnow_hosts h USING (host) \
-           LEFT JOIN pending p USING (host) \
-           LEFT JOIN failed f USING (host) \
+             UNION SELECT host FROM failed), \
+         hosts AS ( \
+             SELECT n.host, h.key IS NOT NULL AS has_key, coalesce(h.enabled, false) AS enabled, \
+                    coalesce(p.pending, 0) AS pending, coalesce(p.due_now, 0) AS due_now, \
+                    coalesce(f.failed, 0) AS failed, p.first_due_at, \
+                    (SELECT max(b.until) FROM indexnow_backoff b \
+                      WHERE b.scope IN ('*', n.host) AND b.until > $1) AS backoff_until, \
+                    {held} AS held \
+               FROM names n \
+               LEFT JOIN indexnow_hosts h USING (host) \
+               LEFT JOIN pending p USING (host) \
+               LEFT JOIN failed f USING (host)) \
+         SELECT s.host, s.has_key, s.enabled, s.pending, s.due_now, s.failed, \
+                CASE WHEN s.held IS NULL AND s.first_due_at IS NOT NULL \
+                     THEN greatest(s.first_due_at, s.backoff_until) END, \
+                lp.pushed_at, lp.status, s.backoff_until, s.held, \
+                CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END \
+           FROM hosts s \
            LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM indexnow_pushes x \
-                               WHERE x.host = n.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true \
-          ORDER BY n.host"
+                               WHERE x.host = s.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true \
+          ORDER BY s.host"
     );
     let rows: Vec<StatusRow> = Spi::connect(|client| {
         let args = [
@@ -82,6 +118,7 @@ fn indexnow_status() -> TableIterator<
             debounce.into(),
             min_gap.into(),
             repeat_after.into(),
+            guc::ENABLED.get().into(),
         ];
         crate::kept::read(client, &sql, &args)?
             .map(|r| {
@@ -98,6 +135,8 @@ fn indexnow_status() -> TableIterator<
                     r.get::<TimestampWithTimeZone>(10)?,
                     r.get::<String>(11)?,
                     worker.clone(),
+                    r.get::<Interval>(12)?,
+                    dry_run,
                 ))
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -106,7 +145,7 @@ fn indexnow_status() -> TableIterator<
     let rows = if rows.is_empty() {
         // No host and nothing queued yet: still one row, so the worker's state can be seen.
         vec![(
-            None, false, false, 0, 0, 0, None, None, None, None, None, worker,
+            None, false, false, 0, 0, 0, None, None, None, None, None, worker, None, dry_run,
         )]
     } else {
         rows

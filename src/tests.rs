@@ -188,7 +188,7 @@ fn add_host_checks_and_replaces_keys() {
         ("SELECT indexnow_add_host('www.example.com', repeat('a', 129))", "129 characters long"),
         ("SELECT indexnow_add_host('www.example.com', 'abcdefgh', 'https://cdn.example.com/k.txt')", "must be on the host it speaks for"),
         ("SELECT indexnow_add_host('www.example.com', 'abcdefgh', 'ftp://www.example.com/k.txt')", "key_location is not usable"),
-        ("SELECT indexnow_add_host('https://www.example.com/', 'abcdefgh')", "not a bare host name"),
+        ("SELECT indexnow_add_host('https://www.example.com/', 'abcdefgh')", "give the host name alone, \"www.example.com\""),
         ("SELECT indexnow_add_host('localhost', 'abcdefgh')", "is localhost"),
     ];
     assert_refused(&cases, Some("22023"));
@@ -441,7 +441,8 @@ fn status_counts_per_host_with_the_due_rule() {
     Spi::run("SELECT indexnow_queue('https://nokey.example.org/a')").unwrap();
     // Two of the three have been quiet for longer than the debounce.
     Spi::run(
-        "UPDATE indexnow_urls SET changed_at = now() - interval '10 min' \
+        "UPDATE indexnow_urls SET changed_at = now() - interval '10 min', \
+                available_at = now() - interval '10 min' \
           WHERE url IN ('https://www.example.com/0', 'https://www.example.com/1')",
     )
     .unwrap();
@@ -455,16 +456,37 @@ fn status_counts_per_host_with_the_due_rule() {
         "INSERT INTO indexnow_backoff (scope, until, status) VALUES ('*', now() + interval '1 hour', 429)",
     )
     .unwrap();
-    let rows = text(
-        "SELECT string_agg(concat_ws(' ', host, has_key, pending, due_now, failed, last_status, \
-                backoff_until = now() + interval '1 hour', next_due_at IS NOT NULL), '; ' ORDER BY host) \
-           FROM indexnow_status()",
-    )
-    .unwrap();
+    // Each column, '-' for NULL: next_due_at is when a URL can really go out (after the pause;
+    // none for a host without a key or with nothing pending); oldest_due_age is how long the URL
+    // due the longest has waited (quiet for 10 minutes, due after the debounce).
+    let status = || {
+        text(
+            "SELECT string_agg(concat_ws(' ', host, has_key, pending, due_now, failed, \
+                    coalesce(last_status::text, '-'), backoff_until = now() + interval '1 hour', \
+                    coalesce((next_due_at = backoff_until)::text, '-'), \
+                    coalesce((oldest_due_age = interval '10 min' \
+                              - current_setting('indexnow.debounce')::interval)::text, '-'), \
+                    coalesce(split_part(held, ':', 1), '-'), dry_run), '; ' ORDER BY host) \
+               FROM indexnow_status()",
+        )
+        .unwrap()
+    };
     assert_eq!(
-        rows,
-        "nokey.example.org f 1 0 0 t t; quiet.example.com t 0 0 0 t f; www.example.com t 3 2 0 429 t t"
+        status(),
+        "nokey.example.org f 1 0 0 - t - - no key f; quiet.example.com t 0 0 0 - t - - - f; \
+         www.example.com t 3 2 0 429 t true true - f"
     );
+    // A host switched off, sending switched off, a dry run: held says why, no next_due_at.
+    Spi::run("SELECT indexnow_disable_host('quiet.example.com')").unwrap();
+    Spi::run("SET LOCAL indexnow.enabled = off").unwrap();
+    Spi::run("SET LOCAL indexnow.dry_run = on").unwrap();
+    assert_eq!(
+        status(),
+        "nokey.example.org f 1 0 0 - t - - no key t; quiet.example.com t 0 0 0 - t - - disabled t; \
+         www.example.com t 3 2 0 429 t - true indexnow.enabled is off t"
+    );
+    Spi::run("RESET indexnow.enabled").unwrap();
+    Spi::run("RESET indexnow.dry_run").unwrap();
     assert_eq!(
         text("SELECT DISTINCT worker FROM indexnow_status()").as_deref(),
         Some("not running: indexnow is not in shared_preload_libraries")

@@ -330,6 +330,7 @@ fn push(
     let took = started.elapsed().as_secs_f64();
     let record_started = Instant::now();
     record_answer(session, &host.host, claimed, &decision, took);
+    log_request(&host.host, claimed.len(), &decision, took, settings);
     debug2!(
         "indexnow: request to {} took {took:.3} s, recording it {:?}",
         host.host,
@@ -376,6 +377,62 @@ impl Decision {
             | Decision::Answered(_, Outcome::PauseHost { note, .. })
             | Decision::Answered(_, Outcome::Refused { note }) => note.clone(),
         }
+    }
+}
+
+/// The server log's line for one request (or dry-run decision), and for the pause its answer
+/// ordered: at LOG, one line per request, never one per URL.
+fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings: &Settings) {
+    let ms = (took * 1000.0).round() as i64;
+    match decision {
+        Decision::DryRun => log!("indexnow: dry run: {urls} URLs for {host}, no request made"),
+        Decision::Left => log!(
+            "indexnow: request of {urls} URLs for {host} left after {ms} ms: the worker was told \
+             to stop; the URLs stay due"
+        ),
+        Decision::Answered(status, outcome) => {
+            let note = decision.note();
+            let note = if note.is_empty() {
+                String::new()
+            } else {
+                format!(": {note}")
+            };
+            log!("indexnow: sent {urls} URLs for {host}: status {status} in {ms} ms{note}");
+            match outcome {
+                Outcome::PauseAll { pause, .. } => log!(
+                    "indexnow: sending paused for {} s, for all hosts (status {status} from {})",
+                    pause.as_secs(),
+                    settings.endpoint
+                ),
+                Outcome::PauseHost { pause, .. } => log!(
+                    "indexnow: sending for {host} paused for {} s (status {status})",
+                    pause.as_secs()
+                ),
+                Outcome::Accepted | Outcome::Refused { .. } => {}
+            }
+        }
+    }
+}
+
+/// Ends the pauses that ran out, with one LOG line each: sending resumes. Run by the workers
+/// before each pass.
+pub fn end_pauses_over() {
+    let ended = Spi::connect_mut(|client| {
+        kept::write(client, sql::PAUSES_OVER, &[])?
+            .map(|r| Ok((r.get::<String>(1)?.unwrap_or_default(), r.get::<i32>(2)?)))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not end the pauses that ran out: {e}"));
+    for (scope, status) in ended {
+        let whom = if scope == "*" {
+            "all hosts".to_string()
+        } else {
+            scope
+        };
+        log!(
+            "indexnow: the pause for {whom} (status {}) is over; sending resumes",
+            status.unwrap_or(0)
+        );
     }
 }
 

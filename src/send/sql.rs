@@ -178,6 +178,11 @@ pub const PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status
      ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
                                        note = excluded.note";
 
+/// The pauses that ran out, taken out of `indexnow_backoff` so that the end of each is reported
+/// once (a pause that a new answer just extended is left alone).
+pub const PAUSES_OVER: &str = "DELETE FROM indexnow_backoff WHERE until <= clock_timestamp() \
+     RETURNING scope, status";
+
 /// One row per request made (or per dry-run decision): `$1` host, `$2` URL count, `$3` status,
 /// `$4` duration in seconds, `$5` note. `pushed_at` is when the request started.
 pub const RECORD: &str =

@@ -101,12 +101,25 @@ pub fn state_for_status() -> String {
                 State::Idle => "idle",
                 State::Sending => "sending",
                 State::Disabled => "idle: indexnow.enabled is off",
+                State::Outdated => "waiting for ALTER EXTENSION indexnow UPDATE",
                 State::Free | State::NoExtension | State::Stopped => "stopping",
             };
-            format!("{state} (pid {})", slot.pid)
+            let dry_run = if slot.dry_run { ", dry run" } else { "" };
+            format!("{state}{dry_run} (pid {})", slot.pid)
         })
         .collect::<Vec<_>>();
     format!("running: {}", each.join(", "))
+}
+
+/// Whether sending in this database is a dry run: as its workers go by `indexnow.dry_run`, or,
+/// with no worker running, as this session sees the setting.
+pub fn dry_run_for_status() -> bool {
+    let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
+    if workers.is_empty() {
+        guc::DRY_RUN.get()
+    } else {
+        workers.iter().any(|w| w.dry_run)
+    }
 }
 
 /// A database worker the launcher started, and when.
@@ -262,6 +275,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         );
     }
     let started_with = BackgroundWorker::transaction(settings::given_by_database_and_role);
+    let mut told_outdated = false;
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -277,16 +291,38 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             log!("indexnow worker {sender}: the database's settings changed; starting again");
             break; // the launcher starts a new worker at once, with the new settings
         }
+        let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
+        if let Some(why) = BackgroundWorker::transaction(crate::extension::version_mismatch) {
+            // A new release's library with the old release's tables: nothing is sent or derived
+            // until the database is updated (the capture triggers go on recording changes).
+            if !told_outdated {
+                log!(
+                    "indexnow worker {sender}: {why}; nothing is sent from this database until \
+                     ALTER EXTENSION indexnow UPDATE is run in it"
+                );
+                told_outdated = true;
+            }
+            registry::set_state(db, State::Outdated);
+            report_activity(
+                "indexnow: waiting for ALTER EXTENSION indexnow UPDATE",
+                false,
+            );
+            if !BackgroundWorker::wait_latch(Some(naptime)) || told_to_stop() {
+                break;
+            }
+            continue;
+        }
         let enabled = guc::ENABLED.get();
+        registry::set_dry_run(db, guc::DRY_RUN.get());
         let mut sent = false;
         if enabled {
             registry::set_state(db, State::Sending);
+            BackgroundWorker::transaction(crate::send::end_pauses_over);
             sent = !run_pass(Session::Worker { sender }).is_empty();
         } else {
             // Sending is paused; queueing goes on: what the capture triggers recorded is derived.
             derive_change_sets(Session::Worker { sender });
         }
-        let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
         let (sleep, idle) = BackgroundWorker::transaction(|| {
             (
                 sleep_before_next_pass(naptime, sent),

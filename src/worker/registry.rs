@@ -24,6 +24,9 @@ pub enum State {
     NoExtension,
     /// The worker was told to stop: its database is being dropped.
     Stopped,
+    /// The extension's SQL in the database is another version than the library: the worker
+    /// waits for `ALTER EXTENSION indexnow UPDATE`.
+    Outdated,
 }
 
 #[derive(Copy, Clone)]
@@ -35,6 +38,8 @@ pub struct Slot {
     /// The address of the worker's process latch (in shared memory, the same in every process).
     latch: usize,
     pub state: State,
+    /// `indexnow.dry_run` as the worker last read it.
+    pub dry_run: bool,
 }
 
 #[derive(Copy, Clone)]
@@ -58,6 +63,7 @@ impl Default for Registry {
                 pid: 0,
                 latch: 0,
                 state: State::Free,
+                dry_run: false,
             }; MAX_WORKERS],
         }
     }
@@ -134,17 +140,32 @@ pub fn enter(db: u32, sender: u32) -> bool {
         pid,
         latch: my_latch(),
         state: State::Starting,
+        dry_run: false,
     };
     true
 }
 
 pub fn set_state(db: u32, state: State) {
-    let pid = unsafe { pg_sys::MyProcPid };
-    let mut r = REGISTRY.exclusive();
-    if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == pid) {
+    with_own_slot(db, |s| {
         if s.state != State::Stopped {
             s.state = state;
         }
+    });
+}
+
+/// Notes the `indexnow.dry_run` this worker goes by, for `indexnow_status()`.
+pub fn set_dry_run(db: u32, dry_run: bool) {
+    with_own_slot(db, |s| s.dry_run = dry_run);
+}
+
+fn with_own_slot(db: u32, f: impl FnOnce(&mut Slot)) {
+    if !available() {
+        return;
+    }
+    let pid = unsafe { pg_sys::MyProcPid };
+    let mut r = REGISTRY.exclusive();
+    if let Some(s) = r.slots.iter_mut().find(|s| s.db == db && s.pid == pid) {
+        f(s);
     }
 }
 

@@ -49,7 +49,11 @@ pub enum UrlProblem {
     /// A host name with an empty label (`www..example.com`).
     EmptyLabel(String),
     /// Given as a host name, a value with a scheme, a path, a query, a fragment or user info.
-    NotABareHost,
+    /// A host was asked for and something else given; `alone` is the host name the input holds,
+    /// when it is a URL (`https://news.example.com/` holds `news.example.com`).
+    NotABareHost {
+        alone: Option<String>,
+    },
 }
 
 /// Address ranges a search engine cannot (or must not) fetch from.
@@ -112,9 +116,15 @@ impl fmt::Display for UrlProblem {
                 f,
                 "the URL's host \"{h}\" has an empty label (two dots in a row)"
             ),
-            UrlProblem::NotABareHost => write!(
+            UrlProblem::NotABareHost { alone: Some(host) } => write!(
                 f,
-                "it is not a bare host name (such as www.example.com): no scheme, path, ?, # or @"
+                "give the host name alone, \"{host}\": a host is named without a scheme, path, \
+                 ?, # or @ (it is not a bare host name)"
+            ),
+            UrlProblem::NotABareHost { alone: None } => write!(
+                f,
+                "give the host name alone, such as \"www.example.com\": a host is named without a \
+                 scheme, path, ?, # or @ (it is not a bare host name)"
             ),
             UrlProblem::SingleLabelHost(h) => write!(
                 f,
@@ -174,7 +184,11 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
 pub fn normalise_host(input: &str) -> Result<String, UrlProblem> {
     let trimmed = input.trim();
     if trimmed.is_empty() || trimmed.contains(['/', '?', '#', '@']) {
-        return Err(UrlProblem::NotABareHost);
+        let alone = Url::parse(trimmed)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.username().is_empty())
+            .and_then(|u| host_field(&u));
+        return Err(UrlProblem::NotABareHost { alone });
     }
     submittable_url(&format!("https://{trimmed}/")).map(|u| u.host)
 }
@@ -649,6 +663,20 @@ mod tests {
         );
         assert!(normalise_host("example.com/path").is_err());
         assert!(normalise_host("https://example.com").is_err());
+        // A URL where a host was asked for: the error names the host it holds.
+        for (given, alone) in [
+            ("https://news.example.com", "news.example.com"),
+            ("https://News.Example.com/path?q", "news.example.com"),
+            ("http://example.com:8080/", "example.com:8080"),
+        ] {
+            let e = normalise_host(given).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("give the host name alone, \"{alone}\"")),
+                "{e}"
+            );
+        }
+        let e = normalise_host("example.com/path").unwrap_err().to_string();
+        assert!(e.contains("such as \"www.example.com\""), "{e}");
         assert!(normalise_host("localhost").is_err());
         assert_eq!(
             normalise_host("SA3.Example.COM.").unwrap(),

@@ -12,7 +12,12 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 
-pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The PostgreSQL whose programs the clusters run: `INDEXNOW_PG_BIN` (the `bindir` of the
+/// `pg_config` the extension was installed with; `scripts/test.sh` sets it for each version),
+/// PostgreSQL 15 of Debian by default.
+pub fn pg_bin() -> String {
+    std::env::var("INDEXNOW_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".to_string())
+}
 
 pub struct Cluster {
     pub dir: PathBuf,
@@ -87,7 +92,7 @@ impl Cluster {
         let data = dir.join("data");
         run(
             "initdb",
-            as_postgres(&format!("{PG_BIN}/initdb"))
+            as_postgres(&format!("{}/initdb", pg_bin()))
                 .args([
                     "-D",
                     data.to_str().unwrap(),
@@ -124,7 +129,7 @@ impl Cluster {
         let data = dir.join("data");
         run(
             "pg_basebackup",
-            as_postgres(&format!("{PG_BIN}/pg_basebackup")).args([
+            as_postgres(&format!("{}/pg_basebackup", pg_bin())).args([
                 "-h",
                 "127.0.0.1",
                 "-p",
@@ -167,7 +172,7 @@ impl Cluster {
         let log = self.dir.join("server.log");
         run(
             "pg_ctl",
-            as_postgres(&format!("{PG_BIN}/pg_ctl"))
+            as_postgres(&format!("{}/pg_ctl", pg_bin()))
                 .args([
                     "-D",
                     self.data().to_str().unwrap(),
@@ -176,6 +181,33 @@ impl Cluster {
                 ])
                 .args(args),
         );
+    }
+
+    /// Makes the server load `library` (an `indexnow.so`) from the next restart on, instead of the
+    /// installed one: a copy in the cluster's folder, first in `dynamic_library_path`. `None`
+    /// goes back to the installed library.
+    pub fn use_library(&self, library: Option<&std::path::Path>) {
+        let Some(library) = library else {
+            self.configure(&["dynamic_library_path = '$libdir'"]);
+            return;
+        };
+        let dir = self.dir.join("library");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(library, dir.join("indexnow.so")).unwrap();
+        run(
+            "chown",
+            Command::new("chown").args(["-R", "postgres:postgres", dir.to_str().unwrap()]),
+        );
+        self.configure(&[&format!(
+            "dynamic_library_path = '{}:$libdir'",
+            dir.display()
+        )]);
+    }
+
+    /// Appends `lines` to postgresql.conf (later lines win); they apply at the next restart.
+    pub fn configure(&self, lines: &[&str]) {
+        let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        append_conf(&self.data(), &lines);
     }
 
     pub fn restart(&self) {
@@ -268,7 +300,7 @@ impl Cluster {
     pub fn client_program(&self, program: &str, args: &[&str]) -> String {
         run(
             program,
-            Command::new(format!("{PG_BIN}/{program}"))
+            Command::new(format!("{}/{program}", pg_bin()))
                 .args([
                     "-h",
                     "127.0.0.1",
@@ -284,7 +316,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = as_postgres(&format!("{PG_BIN}/pg_ctl"))
+        let _ = as_postgres(&format!("{}/pg_ctl", pg_bin()))
             .args([
                 "-D",
                 self.data().to_str().unwrap(),
@@ -296,6 +328,41 @@ impl Drop for Cluster {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The library (`indexnow.so`) of an earlier release, built from its git tag (`v<version>`) into
+/// `target/v<version>/` the first time it is asked for. [`Cluster::use_library`] makes a cluster
+/// load it instead of the installed one; the release's install script is in the server's
+/// extension folder already (`sql/indexnow--<version>.sql`, installed by scripts/install.sh).
+pub fn release_library(version: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap();
+    let base = root.join(format!("target/v{version}"));
+    let lib_dir = base.join("lib");
+    let library = lib_dir.join("indexnow.so");
+    if library.exists() {
+        return library;
+    }
+    let source = base.join("src");
+    let _ = std::fs::remove_dir_all(&source);
+    std::fs::create_dir_all(&source).unwrap();
+    run(
+        "git archive",
+        Command::new("sh").current_dir(&root).arg("-c").arg(format!(
+            "git archive v{version} | tar -x -C {}",
+            source.display()
+        )),
+    );
+    run(
+        &format!("cargo build of release {version}"),
+        Command::new("cargo")
+            .current_dir(&source)
+            .env("CARGO_TARGET_DIR", base.join("target"))
+            .args(["build", "--lib", "--offline", "--quiet"]),
+    );
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    std::fs::copy(base.join("target/debug/libindexnow.so"), &library).unwrap();
+    library
 }
 
 /// The one bigint a query returns.

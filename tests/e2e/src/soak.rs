@@ -13,7 +13,7 @@
 //!   log of every committed version of every page, kept by a trigger of the site's own), the
 //!   queue, and what the receiver accepted.
 
-use crate::{sending_conf, sigkill, wait_until, Cluster, Options, PG_BIN};
+use crate::{pg_bin, sending_conf, sigkill, wait_until, Cluster, Options};
 use indexnow_receiver::{Chaos, Receiver};
 use postgres::Client;
 use rand::rngs::StdRng;
@@ -560,7 +560,7 @@ fn start_pgbench(
 ) -> std::process::Child {
     // Each segment its own seed: with one seed, every segment replayed the same edits.
     let seed = plan.seed * 1_000_000 + segment;
-    Command::new(format!("{PG_BIN}/pgbench"))
+    Command::new(format!("{}/pgbench", pg_bin()))
         .args([
             "-h",
             "127.0.0.1",

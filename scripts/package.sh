@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Makes an installable tree of indexnow per PostgreSQL version, with the paths of that server:
+#   target/package/indexnow-<version>-pg<major>/{usr/lib/postgresql/...,usr/share/...}
+# Copy it over the server's root (`cp -r target/package/indexnow-0.2.0-pg15/. /`), or make a
+# .deb/.rpm of it. With no argument, one tree for each version that scripts/setup.sh installed.
+#   bash scripts/package.sh [--pg-config PATH]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/versions.sh
+version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1)
+
+configs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pg-config) configs+=("$2"); shift 2 ;;
+    *) echo "package.sh: unknown argument $1 (expected --pg-config PATH)" >&2; exit 2 ;;
+  esac
+done
+if [ ${#configs[@]} -eq 0 ]; then
+  for v in "${INDEXNOW_PG_VERSIONS[@]}"; do
+    c=$(pg_config_of "$v")
+    [ -n "$c" ] && configs+=("$c")
+  done
+fi
+
+for pg_config in "${configs[@]}"; do
+  major=$(pg_major_of "$pg_config")
+  out="target/package/indexnow-$version-pg$major"
+  rm -rf "$out"
+  cargo pgrx package --pg-config "$pg_config" --no-default-features --features "pg$major" --out-dir "$out" >/dev/null
+  # Beside the install script cargo pgrx made: the older releases' and the upgrade scripts.
+  extension_dir="$out$("$pg_config" --sharedir)/extension"
+  install -m 644 sql/indexnow--*.sql "$extension_dir/"
+  echo "$out"
+  (cd "$out" && find . -type f | sort | sed 's/^/  /')
+done

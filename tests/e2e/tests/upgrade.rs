@@ -1,0 +1,246 @@
+//! Upgrading from the previous release, as a user does it: the server runs release 0.1.0's library
+//! with its SQL, a table is watched and its pages sent; the new release is installed and the
+//! server restarted (its library with the old SQL: the worker waits, the capture goes on); then
+//! `ALTER EXTENSION indexnow UPDATE`. After it the watch still fires, the queue and the history
+//! are as they were, what waited is sent, a monitoring role keeps its grant (and pg_dump keeps
+//! it), and the extension's catalog equals a fresh install's.
+
+use indexnow_e2e::{
+    count, release_library, sending_conf, wait_until, wait_until_settled, Cluster, Options,
+};
+use indexnow_receiver::Receiver;
+use postgres::Client;
+use std::time::Duration;
+
+const SECONDS: fn(u64) -> Duration = Duration::from_secs;
+const PREVIOUS: &str = "0.1.0";
+const CURRENT: &str = "0.2.0";
+const HOST: &str = "www.example.com";
+const KEY: &str = "abcdefgh12";
+const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
+
+fn sent_urls(receiver: &Receiver) -> Vec<String> {
+    let mut urls: Vec<String> = receiver
+        .received()
+        .iter()
+        .filter_map(|r| r.request.as_ref())
+        .flat_map(|r| r.url_list.clone())
+        .collect();
+    urls.sort();
+    urls
+}
+
+fn url(slug: &str) -> String {
+    format!("https://{HOST}/{slug}")
+}
+
+fn version(db: &mut Client) -> String {
+    db.query_one(
+        "SELECT extversion FROM pg_extension WHERE extname = 'indexnow'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn catalog(db: &mut Client) -> Vec<String> {
+    db.query(CATALOG, &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// What must survive the upgrade row for row: the queue and the request history.
+fn queue_and_history(db: &mut Client) -> (Vec<String>, Vec<String>) {
+    let rows = |db: &mut Client, sql: &str| -> Vec<String> {
+        db.query(sql, &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    (
+        rows(
+            db,
+            "SELECT concat_ws(' ', url, reason, request_seq, settled_seq, last_pushed_at) \
+               FROM indexnow_urls ORDER BY url",
+        ),
+        rows(
+            db,
+            "SELECT concat_ws(' ', pushed_at, host, url_count, status) \
+               FROM indexnow_pushes ORDER BY pushed_at",
+        ),
+    )
+}
+
+#[test]
+fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_install() {
+    let previous = release_library(PREVIOUS);
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = Cluster::start(Options {
+        preload: true,
+        conf: sending_conf(&receiver.endpoint(), &[]),
+    });
+    cluster.use_library(Some(&previous));
+    cluster.restart();
+
+    // The previous release, in use.
+    cluster
+        .connect("postgres")
+        .batch_execute("CREATE DATABASE site")
+        .unwrap();
+    let mut db = cluster.connect("site");
+    db.batch_execute(&format!(
+        "CREATE EXTENSION indexnow VERSION '{PREVIOUS}'; \
+         CREATE ROLE monitoring LOGIN; \
+         GRANT EXECUTE ON FUNCTION indexnow_status() TO monitoring; \
+         SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
+                               visible => 'published'); \
+         INSERT INTO pages VALUES (1, 'one', true), (2, 'two', true), (3, 'draft', false);"
+    ))
+    .unwrap();
+    assert_eq!(version(&mut db), PREVIOUS);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT array_length(proallargtypes, 1)::int8 FROM pg_proc WHERE proname = 'indexnow_status'"
+        ),
+        12,
+        "the library and SQL of 0.1.0 are in use: its indexnow_status() has 12 columns"
+    );
+    wait_until("the previous release sent the pages", SECONDS(30), || {
+        sent_urls(&receiver) == [url("one"), url("two")]
+    });
+    db.batch_execute("UPDATE pages SET slug = 'one-renamed' WHERE id = 1")
+        .unwrap();
+    wait_until("the previous release sent the rename", SECONDS(30), || {
+        sent_urls(&receiver).len() == 4
+    });
+    let before = queue_and_history(&mut db);
+    drop(db);
+
+    // The new release installed, the server restarted: its library, the old SQL.
+    cluster.use_library(None);
+    cluster.restart();
+    let mut db = cluster.connect("site");
+    assert_eq!(version(&mut db), PREVIOUS);
+    let refused = db
+        .query("SELECT * FROM indexnow_status()", &[])
+        .unwrap_err();
+    let refused = refused.as_db_error().unwrap();
+    assert!(
+        refused.message().contains(&format!("version {PREVIOUS}"))
+            && refused.hint() == Some("Run ALTER EXTENSION indexnow UPDATE in this database."),
+        "{refused:?}"
+    );
+    wait_until(
+        "the worker says it waits for the update",
+        SECONDS(20),
+        || {
+            count(
+                &mut db,
+                "SELECT count(*) FROM pg_stat_activity \
+              WHERE query = 'indexnow: waiting for ALTER EXTENSION indexnow UPDATE'",
+            ) == 1
+        },
+    );
+    assert!(
+        cluster
+            .log()
+            .contains(&format!("the extension in this database is version {PREVIOUS} and the installed library is {CURRENT}")),
+        "{}",
+        cluster.log()
+    );
+    // Saves go on being captured; nothing is sent until the update.
+    db.batch_execute("INSERT INTO pages VALUES (4, 'four', true)")
+        .unwrap();
+    std::thread::sleep(SECONDS(2));
+    assert_eq!(
+        sent_urls(&receiver).len(),
+        4,
+        "nothing sent before the update"
+    );
+    let (queue, history) = queue_and_history(&mut db);
+    assert_eq!(history, before.1, "no request made before the update");
+    assert!(
+        before.0.iter().all(|row| queue.contains(row))
+            && queue
+                .iter()
+                .any(|row| row.starts_with(&format!("{} created", url("four")))),
+        "the queue is kept and the new page queued: {queue:?}"
+    );
+
+    db.batch_execute("ALTER EXTENSION indexnow UPDATE").unwrap();
+    assert_eq!(version(&mut db), CURRENT);
+    wait_until(
+        "the page saved before the update is sent",
+        SECONDS(30),
+        || sent_urls(&receiver).contains(&url("four")),
+    );
+    // The watch fires after the update too.
+    db.batch_execute("UPDATE pages SET published = false WHERE id = 2")
+        .unwrap();
+    wait_until("the unpublish is sent", SECONDS(30), || {
+        sent_urls(&receiver).len() == 6
+    });
+    wait_until_settled(&mut db, "the unpublish is recorded", SECONDS(30));
+    let (queue_before, history_before) = before;
+    let (queue_after, history_after) = queue_and_history(&mut db);
+    assert!(
+        history_after.starts_with(&history_before),
+        "the history before the update is kept: {history_before:?} / {history_after:?}"
+    );
+    for row in &queue_before {
+        let url = row.split(' ').next().unwrap();
+        if url.ends_with("/one") || url.ends_with("/one-renamed") || url.ends_with("/draft") {
+            assert!(queue_after.contains(row), "{row} kept: {queue_after:?}");
+        }
+    }
+    let row = db
+        .query_one(
+            "SELECT host, pending, oldest_due_age IS NULL, dry_run FROM indexnow_status()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, bool>(2),
+            row.get::<_, bool>(3)
+        ),
+        (HOST.to_string(), 0, true, false)
+    );
+
+    // The monitoring role's grant survived the new indexnow_status(), and pg_dump keeps it.
+    let mut monitoring = cluster.connect_as("site", "monitoring");
+    assert_eq!(
+        count(&mut monitoring, "SELECT count(*) FROM indexnow_status()"),
+        1
+    );
+    let dump = std::fs::read_to_string(cluster.dump("site")).unwrap();
+    assert!(
+        dump.contains("GRANT ALL ON FUNCTION public.indexnow_status() TO monitoring;"),
+        "the dump keeps the grant:\n{}",
+        dump.lines()
+            .filter(|l| l.contains("GRANT"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // The upgraded extension equals a fresh install (the user's grant aside).
+    db.batch_execute("REVOKE EXECUTE ON FUNCTION indexnow_status() FROM monitoring")
+        .unwrap();
+    let mut fresh = cluster.create_db_with_extension("fresh");
+    let (upgraded, fresh) = (catalog(&mut db), catalog(&mut fresh));
+    assert!(upgraded.len() > 100, "the catalog query sees the extension");
+    let only_upgraded: Vec<_> = upgraded.iter().filter(|l| !fresh.contains(l)).collect();
+    let only_fresh: Vec<_> = fresh.iter().filter(|l| !upgraded.contains(l)).collect();
+    assert!(
+        only_upgraded.is_empty() && only_fresh.is_empty(),
+        "upgraded and fresh differ:\nonly upgraded: {only_upgraded:#?}\nonly fresh: {only_fresh:#?}"
+    );
+}
