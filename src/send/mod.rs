@@ -417,6 +417,12 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
 /// Ends the pauses that ran out, with one LOG line each: sending resumes. Run by the workers
 /// before each pass.
 pub fn end_pauses_over() {
+    // A read first: an idle worker's pass takes no transaction id (a write statement would).
+    let any: Option<bool> = kept::get_one(sql::ANY_PAUSE_OVER, &[])
+        .unwrap_or_else(|e| error!("indexnow: could not read the pauses: {e}"));
+    if any != Some(true) {
+        return;
+    }
     let ended = Spi::connect_mut(|client| {
         kept::write(client, sql::PAUSES_OVER, &[])?
             .map(|r| Ok((r.get::<String>(1)?.unwrap_or_default(), r.get::<i32>(2)?)))

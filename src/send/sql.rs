@@ -178,6 +178,10 @@ pub const PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status
      ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
                                        note = excluded.note";
 
+/// Whether a pause ran out (and [`PAUSES_OVER`] has something to end).
+pub const ANY_PAUSE_OVER: &str =
+    "SELECT EXISTS (SELECT FROM indexnow_backoff WHERE until <= clock_timestamp())";
+
 /// The pauses that ran out, taken out of `indexnow_backoff` so that the end of each is reported
 /// once (a pause that a new answer just extended is left alone).
 pub const PAUSES_OVER: &str = "DELETE FROM indexnow_backoff WHERE until <= clock_timestamp() \

@@ -898,12 +898,91 @@ fn dry_run_sends_nothing_and_records_every_decision_once() {
         pending, 3,
         "a dry run tells no search engine: the URLs stay queued"
     );
+    let dry_run = |db: &mut postgres::Client| -> (bool, String) {
+        let row = db
+            .query_one("SELECT dry_run, worker FROM indexnow_status()", &[])
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let (shown, worker) = dry_run(&mut db);
+    assert!(shown && worker.contains(", dry run (pid "), "{worker}");
+    assert!(
+        cluster
+            .log()
+            .contains("indexnow: dry run: 3 URLs for www.example.com, no request made"),
+        "{}",
+        cluster.log()
+    );
     db.batch_execute("ALTER SYSTEM SET indexnow.dry_run = off")
         .unwrap();
     db.batch_execute("SELECT pg_reload_conf()").unwrap();
     wait_until("sent for real", SECONDS(20), || {
         accepted_urls(&receiver.received()).len() == 3
     });
+    let (shown, worker) = dry_run(&mut db);
+    assert!(!shown && !worker.contains("dry run"), "{worker}");
+}
+
+#[test]
+fn the_server_log_has_a_line_per_request_pause_and_resume_and_none_per_url() {
+    let receiver = receiver();
+    receiver.script([ok(), status(429, Some("3"), "slow down")]);
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/first/", 3);
+    wait_until_settled(&mut db, "the first request is recorded", SECONDS(20));
+    queue_for_host(&mut db, "/second/", 2);
+    wait_until("the 429 pauses sending", SECONDS(20), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_status() WHERE backoff_until IS NOT NULL",
+        ) == 1
+    });
+    // Mid-pause the status says when the URLs can really go out, and how long they have waited.
+    let row = db
+        .query_one(
+            "SELECT next_due_at = backoff_until, oldest_due_age >= interval '0', due_now \
+               FROM indexnow_status()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, bool>(1), row.get::<_, i64>(2)),
+        (true, true, 2)
+    );
+    wait_until_settled(&mut db, "the held URLs are sent after the pause", SECONDS(30));
+    let log = cluster.log();
+    let line = |text: &str| {
+        log.lines()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no LOG line with {text:?} in:\n{log}"))
+    };
+    let first = line("indexnow: sent 3 URLs for www.example.com: status 200 in ");
+    let throttled = line("indexnow: sent 2 URLs for www.example.com: status 429 in ");
+    let paused = line(&format!(
+        "indexnow: sending paused for 3 s, for all hosts (status 429 from {})",
+        receiver.endpoint()
+    ));
+    let resumed = line("indexnow: the pause for all hosts (status 429) is over; sending resumes");
+    let after = log
+        .lines()
+        .enumerate()
+        .skip(resumed)
+        .find(|(_, l)| l.contains("indexnow: sent 2 URLs for www.example.com: status 200 in "))
+        .map(|(i, _)| i);
+    assert!(
+        first < throttled && throttled <= paused && paused < resumed && after.is_some(),
+        "in order: {first} {throttled} {paused} {resumed} {after:?}\n{log}"
+    );
+    assert_eq!(
+        log.lines().filter(|l| l.contains("indexnow: sent ")).count(),
+        3,
+        "one line per request:\n{log}"
+    );
+    assert!(
+        !log.contains("https://www.example.com/"),
+        "no line names a URL:\n{log}"
+    );
 }
 
 #[test]
