@@ -97,6 +97,8 @@ step() {
 # The statements that matter, as text for the reader.
 sql() { printf '   sql> %s\n' "$@"; }
 note() { printf '   %s\n' "$@"; }
+# One statement, shown and run.
+run() { sql "$1"; psql -c "$1"; }
 
 # wait_until TIMEOUT SQL: polls until the query answers t.
 wait_until() {
@@ -135,7 +137,7 @@ SELECT line FROM (
            (array_agg(url ORDER BY url))[1] || ' ...', reason, state)
     FROM q, n WHERE n > 6 GROUP BY reason, state
   UNION ALL
-  SELECT 0, '', '   queue     no row' FROM n WHERE n = 0) lines
+  SELECT 0, '', '   queue     nothing requested' FROM n WHERE n = 0) lines
 ORDER BY k, o;
 SQL
 }
@@ -225,44 +227,39 @@ show_queue
 show_received
 
 step "2. An admin-only change (columns the watches ignore)"
-sql "UPDATE pages SET sort_order = 1, is_featured = true, keywords = 'k' WHERE slug = 'news-1'"
-psql -c "UPDATE pages SET sort_order = 1, is_featured = true, keywords = 'k' WHERE slug = 'news-1'"
+run "UPDATE pages SET sort_order = 1, is_featured = true, keywords = 'k' WHERE slug = 'news-1'"
 sleep 3   # the debounce and a worker pass: anything queued would have gone by now
 show_queue
 show_received
 
 step "3. A bulk UPDATE of a category"
-sql "UPDATE pages SET body = body || ' (updated)' WHERE category = 'news'"
-psql -c "UPDATE pages SET body = body || ' (updated)' WHERE category = 'news'"
+run "UPDATE pages SET body = body || ' (updated)' WHERE category = 'news'"
 note "$(value "SELECT count(*) FROM pages WHERE category = 'news'") rows: more than indexnow.derive_at_write (100), so recorded and derived after the commit"
 wait_sent
 show_queue
 show_received
 
 step "4. A slug change"
-sql "UPDATE pages SET slug = 'welcome-home' WHERE slug = 'welcome'"
-psql -c "UPDATE pages SET slug = 'welcome-home' WHERE slug = 'welcome'"
+run "UPDATE pages SET slug = 'welcome-home' WHERE slug = 'welcome'"
 wait_sent
 show_queue
 show_received
 
 step "5. An unpublish"
-sql "UPDATE pages SET status = 'draft' WHERE slug = 'news-1'"
-psql -c "UPDATE pages SET status = 'draft' WHERE slug = 'news-1'"
+run "UPDATE pages SET status = 'draft' WHERE slug = 'news-1'"
 wait_sent
 show_queue
+note "(the English watch removes with its hidden_reason, 'untranslated', whatever hid the page)"
 show_received
 
 step "6. A delete"
-sql "DELETE FROM pages WHERE slug = 'news-2'"
-psql -c "DELETE FROM pages WHERE slug = 'news-2'"
+run "DELETE FROM pages WHERE slug = 'news-2'"
 wait_sent
 show_queue
 show_received
 
 step "7. An untranslated page (no title_en: its English URL is never sent)"
-sql "INSERT INTO pages (slug, category, title, body, status) VALUES ('recipes', 'info', 'สูตรอาหาร', '...', 'published')"
-psql -c "INSERT INTO pages (slug, category, title, body, status) VALUES ('recipes', 'info', 'สูตรอาหาร', '...', 'published')"
+run "INSERT INTO pages (slug, category, title, body, status) VALUES ('recipes', 'info', 'สูตรอาหาร', '...', 'published')"
 wait_sent
 show_queue
 note "rows for https://www.example.com/en/recipes in indexnow_urls: $(value "SELECT count(*) FROM indexnow_urls WHERE url = 'https://www.example.com/en/recipes'")"
@@ -299,19 +296,18 @@ note "indexnow_status() during the pause:"
 psql -At -v t0="$t0" <<'SQL'
 SELECT format('   status    pending %s, due_now %s, last_status %s, backoff_until +%s s, next_due_at +%s s, oldest_due_age %s',
               pending, due_now, last_status, round(extract(epoch FROM backoff_until) - :t0, 1),
-              round(extract(epoch FROM next_due_at) - :t0, 1), oldest_due_age)
+              round(extract(epoch FROM next_due_at) - :t0, 1), date_trunc('milliseconds', oldest_due_age))
   FROM indexnow_status();
 SQL
-sql "UPDATE pages SET body = body || '!' WHERE slug = 'recipes'     -- during the pause"
-psql -c "UPDATE pages SET body = body || '!' WHERE slug = 'recipes'"
+note "an edit during the pause:"
+run "UPDATE pages SET body = body || '!' WHERE slug = 'recipes'"
 wait_sent 20
-note "after the pause:"
+note "after the pause: the held URLs and the edit made meanwhile, in one POST"
 show_queue
 show_received
 
 step "10. indexnow_status()"
-psql -P pager=off -c "SELECT host, pending, due_now, failed, last_status, next_due_at, oldest_due_age, held, dry_run, worker FROM indexnow_status()"
+psql -P pager=off -P footer=off -c "SELECT host, pending, due_now, failed, last_status, next_due_at, oldest_due_age, held, dry_run, worker FROM indexnow_status()"
 
 elapsed=$((($(date +%s%N) - started) / 100000000))
-echo
 echo "[demo] done in $((elapsed / 10)).$((elapsed % 10)) s after the build"
