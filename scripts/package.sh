@@ -3,17 +3,19 @@
 #   target/package/indexnow-<version>-pg<major>/{usr/lib/postgresql/...,usr/share/...}
 # Copy it over the server's root (`cp -r target/package/indexnow-0.2.0-pg15/. /`), or make a
 # .deb/.rpm of it. With no argument, one tree for each version that scripts/setup.sh installed.
-#   bash scripts/package.sh [--pg-config PATH]...
+#   bash scripts/package.sh [--debug] [--pg-config PATH]...   (default: a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/versions.sh
 version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1)
 
 configs=()
+profile=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --pg-config) configs+=("$2"); shift 2 ;;
-    *) echo "package.sh: unknown argument $1 (expected --pg-config PATH)" >&2; exit 2 ;;
+    --debug) profile=(--debug); shift ;;
+    *) echo "package.sh: unknown argument $1 (expected --pg-config PATH, --debug)" >&2; exit 2 ;;
   esac
 done
 if [ ${#configs[@]} -eq 0 ]; then
@@ -27,10 +29,15 @@ for pg_config in "${configs[@]}"; do
   major=$(pg_major_of "$pg_config")
   out="target/package/indexnow-$version-pg$major"
   rm -rf "$out"
-  cargo pgrx package --pg-config "$pg_config" --no-default-features --features "pg$major" --out-dir "$out" >/dev/null
+  cargo pgrx package "${profile[@]}" --pg-config "$pg_config" --no-default-features --features "pg$major" --out-dir "$out" >/dev/null
   # Beside the install script cargo pgrx made: the older releases' and the upgrade scripts.
   extension_dir="$out$("$pg_config" --sharedir)/extension"
   install -m 644 sql/indexnow--*.sql "$extension_dir/"
+  # What a server needs, or the tree is not a package.
+  for f in "$("$pg_config" --pkglibdir)/indexnow.so" "$("$pg_config" --sharedir)/extension/indexnow.control" \
+           "$("$pg_config" --sharedir)/extension/indexnow--$version.sql"; do
+    [ -f "$out$f" ] || { echo "package.sh: $out$f is missing" >&2; exit 1; }
+  done
   echo "$out"
   (cd "$out" && find . -type f | sort | sed 's/^/  /')
 done

@@ -36,4 +36,10 @@ for v in "${versions[@]}"; do
   tests=(--test capture --test foundation --test sending --test staging)
   [ "$v" = 15 ] && tests+=(--test soak --test upgrade)
   cargo test -p indexnow-e2e "${tests[@]}"
+
+  echo "== PostgreSQL $v: the package"
+  bash scripts/package.sh --debug --pg-config "$pg_config" | tee "$pgrx_dir/package-$v.txt"
+  for f in indexnow.so indexnow.control "indexnow--0.1.0--0.2.0.sql"; do
+    grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
+  done
 done
