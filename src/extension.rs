@@ -86,3 +86,14 @@ pub fn require_current_version() {
         .report(PgLogLevel::ERROR);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn requests_name_this_release_in_their_user_agent() {
+        assert_eq!(
+            indexnow_protocol::client::USER_AGENT,
+            format!("indexnow-postgres/{}", super::LIBRARY_VERSION)
+        );
+    }
+}

@@ -397,7 +397,11 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
             } else {
                 format!(": {note}")
             };
-            log!("indexnow: sent {urls} URLs for {host}: status {status} in {ms} ms{note}");
+            if *status == 0 {
+                log!("indexnow: request of {urls} URLs for {host} got no answer in {ms} ms{note}");
+            } else {
+                log!("indexnow: sent {urls} URLs for {host}: status {status} in {ms} ms{note}");
+            }
             match outcome {
                 Outcome::PauseAll { pause, .. } => log!(
                     "indexnow: sending paused for {} s, for all hosts (status {status} from {})",

@@ -21,6 +21,9 @@ fn indexnow_push_now() -> TableIterator<
         name!(note, Option<String>),
     ),
 > {
+    // The tables a pass writes are those of this library's release (as for the workers, which
+    // wait for the update).
+    crate::extension::require_current_version();
     if !crate::guc::ENABLED.get() {
         notice!("indexnow: indexnow.enabled is off: nothing is sent");
     }

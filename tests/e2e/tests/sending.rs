@@ -947,10 +947,18 @@ fn the_server_log_has_a_line_per_request_pause_and_resume_and_none_per_url() {
         )
         .unwrap();
     assert_eq!(
-        (row.get::<_, bool>(0), row.get::<_, bool>(1), row.get::<_, i64>(2)),
+        (
+            row.get::<_, bool>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, i64>(2)
+        ),
         (true, true, 2)
     );
-    wait_until_settled(&mut db, "the held URLs are sent after the pause", SECONDS(30));
+    wait_until_settled(
+        &mut db,
+        "the held URLs are sent after the pause",
+        SECONDS(30),
+    );
     let log = cluster.log();
     let line = |text: &str| {
         log.lines()
@@ -975,7 +983,9 @@ fn the_server_log_has_a_line_per_request_pause_and_resume_and_none_per_url() {
         "in order: {first} {throttled} {paused} {resumed} {after:?}\n{log}"
     );
     assert_eq!(
-        log.lines().filter(|l| l.contains("indexnow: sent ")).count(),
+        log.lines()
+            .filter(|l| l.contains("indexnow: sent "))
+            .count(),
         3,
         "one line per request:\n{log}"
     );
