@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes an installable tree of indexnow per PostgreSQL version, with the paths of that server:
 #   target/package/indexnow-<version>-pg<major>/{usr/lib/postgresql/...,usr/share/...}
-# Copy it over the server's root (`cp -r target/package/indexnow-0.2.0-pg15/. /`), or make a
-# .deb/.rpm of it. With no argument, one tree for each version that scripts/setup.sh installed.
+# Remove the old indexnow.so first (cp rewrites a file in place, and a running server has it
+# mapped), then copy the tree over the server's root (`cp -r target/package/indexnow-0.2.0-pg15/. /`);
+# or make a .deb/.rpm of it. With no argument, one tree for each version that scripts/setup.sh installed.
 #   bash scripts/package.sh [--debug] [--pg-config PATH]...   (default: a release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,6 +2,12 @@
 -- (docs/releases.md says how an upgrade script is made and tested.)
 \echo Use "ALTER EXTENSION indexnow UPDATE" to load this file. \quit
 
+-- pg_dump keeps the sequences of the ids of watches, change sets and pushes (0.1.0 dumped the
+-- tables without them: after a restore the first push failed on a duplicate id).
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.indexnow_watches_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.indexnow_changes_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.indexnow_pushes_id_seq', '');
+
 -- indexnow_status() gains two columns: oldest_due_age (how long the URL due the longest has
 -- waited) and dry_run. A function's result columns cannot be changed in place, so it is dropped
 -- and created again. The EXECUTE grants roles were given on it (a monitoring role) are put back,

@@ -180,3 +180,7 @@ SELECT pg_catalog.pg_extension_config_dump('indexnow_watches', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_changes', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_sources', '');
 SELECT pg_catalog.pg_extension_config_dump('indexnow_relations', '');
+-- and the sequences of their ids, or a restored history's ids would be handed out again.
+SELECT pg_catalog.pg_extension_config_dump('indexnow_watches_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_changes_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('indexnow_pushes_id_seq', '');

@@ -171,10 +171,30 @@ fn a_template_copy_sends_nothing_until_confirmed() {
 #[test]
 fn a_dump_restored_into_another_cluster_sends_nothing_until_confirmed() {
     let production = Cluster::start(Options::default());
-    drop(site_with_a_waiting_url(&production));
+    let mut site = site_with_a_waiting_url(&production);
+    // A history of requests and a watch: the restored ids must not be handed out again.
+    site.batch_execute(&format!(
+        "INSERT INTO indexnow_pushes (host, url_count, status) \
+           SELECT '{HOST}', 1, 200 FROM generate_series(1, 3); \
+         CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}');"
+    ))
+    .unwrap();
+    drop(site);
     let dump = production.dump("site");
     let receiver = receiver();
     let staging = cluster(&receiver);
     let mut copy = staging.restore(&dump, "site");
     held_until_confirmed(&mut copy, &receiver);
+    assert_eq!(
+        count(&mut copy, "SELECT count(*) FROM indexnow_pushes"),
+        4,
+        "the restored history and the copy's first request"
+    );
+    copy.batch_execute(&format!(
+        "CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/posts/{{slug}}');"
+    ))
+    .unwrap();
+    assert_eq!(count(&mut copy, "SELECT count(*) FROM indexnow_watches"), 2);
 }
