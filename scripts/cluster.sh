@@ -1,6 +1,7 @@
-# Sourced by the demo: a throwaway PostgreSQL 15 cluster run as the postgres user.
+# Sourced by the demo and the benchmarks: a throwaway cluster run as the postgres user, of the
+# PostgreSQL whose programs are in PG_BIN (Debian's PostgreSQL 15 unless the caller set it).
 # cluster_start DIR PORT [postgresql.conf lines...]; cluster_stop DIR; psql_site ARGS...
-PG_BIN=/usr/lib/postgresql/15/bin
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 
 cluster_start() {
   local dir=$1 port=$2; shift 2
