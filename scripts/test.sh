@@ -39,7 +39,7 @@ for v in "${versions[@]}"; do
 
   echo "== PostgreSQL $v: the package"
   bash scripts/package.sh --debug --pg-config "$pg_config" | tee "$pgrx_dir/package-$v.txt"
-  for f in indexnow.so indexnow.control "indexnow--0.1.0--0.2.0.sql"; do
+  for f in indexnow.so indexnow.control $(cd sql && ls indexnow--*--*.sql); do
     grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
   done
 done

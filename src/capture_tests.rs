@@ -510,6 +510,7 @@ fn watching_records_existing_pages_without_announcing_them() {
 fn watch_checks_its_arguments() {
     run("CREATE TABLE pages (id int PRIMARY KEY, slug text, status text, published_at timestamptz, n int)");
     run("CREATE TABLE nokey (slug text)");
+    run("CREATE TABLE deferred_key (id int PRIMARY KEY DEFERRABLE, slug text)");
     let cases = [
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{title}')", "names column \"title\", which public.pages does not have"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug')", "unclosed"),
@@ -527,6 +528,7 @@ fn watch_checks_its_arguments() {
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', url_sql => 'slug')", "not both"),
         ("SELECT indexnow_watch('pages', url_sql => 'slug ||| 1')", "url_sql is not a valid SQL expression"),
         ("SELECT indexnow_watch('nokey', url => 'https://x.com/{slug}')", "has no primary key"),
+        ("SELECT indexnow_watch('deferred_key', url => 'https://x.com/{slug}')", "has no primary key (a deferrable one does not count"),
         ("SELECT indexnow_watch('no_such_table', url => 'https://x.com/{slug}')", "relation \"no_such_table\" does not exist"),
     ];
     assert_refused(&cases, None);

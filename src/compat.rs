@@ -30,7 +30,9 @@ pub unsafe fn attribute<'a>(
 }
 
 /// The OID of the relation's primary key index, or `InvalidOid`. PostgreSQL 18 asks whether a
-/// deferrable key will do; for naming the key columns it will.
+/// deferrable key will do; earlier versions never take one (only immediate indexes count), and
+/// neither does indexnow on any version (`indexnow_watch()` refuses a table whose key is
+/// deferrable).
 ///
 /// # Safety
 /// `relation` must be an open relation.
@@ -41,6 +43,6 @@ pub unsafe fn primary_key_index(relation: pg_sys::Relation) -> pg_sys::Oid {
     }
     #[cfg(feature = "pg18")]
     {
-        pg_sys::RelationGetPrimaryKeyIndex(relation, true)
+        pg_sys::RelationGetPrimaryKeyIndex(relation, false)
     }
 }

@@ -52,6 +52,14 @@ pub fn own_search_path(ext: &str) -> String {
 /// version between installing a new release and `ALTER EXTENSION indexnow UPDATE` there.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The version of the library this server runs (`pg_extension.extversion` is the version of the
+/// SQL in a database). An upgrade script creates it first: on a server still running the previous
+/// release's library, which has no such function, the update stops before changing anything.
+#[pg_extern(stable, parallel_safe)]
+fn indexnow_library_version() -> &'static str {
+    LIBRARY_VERSION
+}
+
 /// The version of the extension's SQL in this database (`pg_extension.extversion`), if installed.
 pub fn installed_version() -> Option<String> {
     crate::kept::get_one(

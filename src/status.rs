@@ -27,7 +27,7 @@ type StatusRow = (
 
 /// Why nothing goes out for a host (`h`, its `indexnow_hosts` row, NULL when it has no key; `n`,
 /// its name) however long one waits: a SQL text expression, NULL when it can send. `$5` is whether
-/// `indexnow.enabled` is on. (A pause is not here: it ends by itself, `backoff_until` shows it.)
+/// `indexnow.enabled` is on for the database's workers (`crate::worker::sending_for_status`). (A pause is not here: it ends by itself, `backoff_until` shows it.)
 fn held_sql() -> String {
     let copy = crate::hosts::held_as_copy_sql();
     format!(
@@ -75,15 +75,18 @@ fn indexnow_status() -> TableIterator<
         crate::capture::derive::derive_all_change_sets(&ext);
     }
     let worker = crate::worker::state_for_status();
-    let dry_run = crate::worker::dry_run_for_status();
+    let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
     let held = held_sql();
+    // In a dry run, what a dry run has decided on is not due again (the sender skips it).
+    let undecided = crate::send::sql::undecided(6);
     // next_due_at: when a URL can really go out — its due time, or the end of a pause if later;
     // none while the host is held. oldest_due_age: how long the URL due the longest has waited.
     let sql = format!(
         "WITH pending AS ( \
-             SELECT host, count(*) AS pending, count(*) FILTER (WHERE {DUE_SQL}) AS due_now, \
-                    min({DUE_AT_SQL}) AS first_due_at \
+             SELECT host, count(*) AS pending, \
+                    count(*) FILTER (WHERE {DUE_SQL} AND {undecided}) AS due_now, \
+                    min({DUE_AT_SQL}) FILTER (WHERE {undecided}) AS first_due_at \
                FROM indexnow_urls WHERE request_seq > settled_seq GROUP BY host), \
          failed AS ( \
              SELECT host, count(*) AS failed FROM indexnow_urls \
@@ -118,7 +121,8 @@ fn indexnow_status() -> TableIterator<
             debounce.into(),
             min_gap.into(),
             repeat_after.into(),
-            guc::ENABLED.get().into(),
+            enabled.into(),
+            dry_run.into(),
         ];
         crate::kept::read(client, &sql, &args)?
             .map(|r| {

@@ -61,7 +61,7 @@ pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
             client,
             "SELECT a.attname::text FROM pg_catalog.pg_index i \
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-              WHERE i.indrelid = $1 AND i.indisprimary \
+              WHERE i.indrelid = $1 AND i.indisprimary AND i.indimmediate \
               ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum)",
             &[table.into()],
         )?

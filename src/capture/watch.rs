@@ -111,7 +111,7 @@ fn describe(oid: pg_sys::Oid) -> Table {
                 "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
                    FROM pg_catalog.pg_index i \
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-                  WHERE i.indrelid = $1 AND i.indisprimary \
+                  WHERE i.indrelid = $1 AND i.indisprimary AND i.indimmediate \
                   ORDER BY array_position(i.indkey::int2[], a.attnum)",
                 None,
                 &[oid.into()],
@@ -192,7 +192,8 @@ fn indexnow_watch(
 
     if table.key.is_empty() {
         watch_error(format!(
-            "{label} has no primary key: indexnow keeps what it derived from each row by it"
+            "{label} has no primary key (a deferrable one does not count: PostgreSQL does not take \
+             it as the table's key): indexnow keeps what it derived from each row by it"
         ));
     }
     if let Some((column, _)) = table.key_types.iter().find(|(_, t)| !owner::built_in(*t)) {

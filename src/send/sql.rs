@@ -26,6 +26,11 @@ pub fn try_pass_lock_shared() -> String {
 /// In a dry run (`$5`), a request a dry run has already decided on is not decided again.
 const UNDECIDED_SQL: &str = "(NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)";
 
+/// [`UNDECIDED_SQL`] with the dry-run flag in parameter `$n` (for `indexnow_status()`).
+pub fn undecided(n: u8) -> String {
+    UNDECIDED_SQL.replace("$5", &format!("${n}"))
+}
+
 /// A row a sender may take now, besides being due: no other sender holds a live lease on it, and
 /// it is undecided.
 fn claimable() -> String {
@@ -184,7 +189,11 @@ pub const ANY_PAUSE_OVER: &str =
 
 /// The pauses that ran out, taken out of `indexnow_backoff` so that the end of each is reported
 /// once (a pause that a new answer just extended is left alone).
-pub const PAUSES_OVER: &str = "DELETE FROM indexnow_backoff WHERE until <= clock_timestamp() \
+/// A row another transaction holds (an `indexnow_push_now()` whose caller has not committed its
+/// new pause) is skipped, not waited for: a worker must never block on a caller.
+pub const PAUSES_OVER: &str = "DELETE FROM indexnow_backoff WHERE ctid IN ( \
+         SELECT ctid FROM indexnow_backoff WHERE until <= clock_timestamp() \
+            FOR UPDATE SKIP LOCKED) \
      RETURNING scope, status";
 
 /// One row per request made (or per dry-run decision): `$1` host, `$2` URL count, `$3` status,

@@ -111,14 +111,18 @@ pub fn state_for_status() -> String {
     format!("running: {}", each.join(", "))
 }
 
-/// Whether sending in this database is a dry run: as its workers go by `indexnow.dry_run`, or,
-/// with no worker running, as this session sees the setting.
-pub fn dry_run_for_status() -> bool {
+/// Whether this database sends, and whether as a dry run, for `indexnow_status()`: as its workers
+/// go by `indexnow.enabled` and `indexnow.dry_run` (set for them in postgresql.conf, or for the
+/// database or their role), or, with no worker running, as this session sees the settings.
+pub fn sending_for_status() -> (bool, bool) {
     let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
     if workers.is_empty() {
-        guc::DRY_RUN.get()
+        (guc::ENABLED.get(), guc::DRY_RUN.get())
     } else {
-        workers.iter().any(|w| w.dry_run)
+        (
+            workers.iter().any(|w| w.state != State::Disabled),
+            workers.iter().any(|w| w.dry_run),
+        )
     }
 }
 

@@ -16,7 +16,8 @@ facts AS (
            || ' dumped=' || config::text || ' conditions=' || coalesce(extcondition::text, '')
       FROM ext
     UNION ALL
-    -- functions: their whole definition, owner-independent privileges and comment
+    -- functions: their whole definition, privileges (the owner's name is in them: compare two
+    -- databases whose extension has one owner) and comment
     SELECT m.name || E'\n' || pg_get_functiondef(p.oid)
            || 'acl=' || coalesce(p.proacl::text, 'default')
            || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')

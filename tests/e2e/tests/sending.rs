@@ -906,6 +906,21 @@ fn dry_run_sends_nothing_and_records_every_decision_once() {
     };
     let (shown, worker) = dry_run(&mut db);
     assert!(shown && worker.contains(", dry run (pid "), "{worker}");
+    // Decided once: not due again in the dry run, so nothing is waiting (no alert fires).
+    let row = db
+        .query_one(
+            "SELECT due_now, oldest_due_age IS NULL, next_due_at IS NULL FROM indexnow_status()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, bool>(2)
+        ),
+        (0, true, true)
+    );
     assert!(
         cluster
             .log()

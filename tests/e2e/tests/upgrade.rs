@@ -120,6 +120,20 @@ fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_inst
         sent_urls(&receiver).len() == 4
     });
     let before = queue_and_history(&mut db);
+    // The new release's files are installed, but the server still runs the old library: the
+    // update is refused before it changes anything.
+    let refused = db
+        .batch_execute("ALTER EXTENSION indexnow UPDATE")
+        .unwrap_err();
+    let refused = refused.as_db_error().unwrap();
+    assert!(
+        refused.message() == "indexnow: this server still runs the library of an earlier release"
+            && refused
+                .hint()
+                .is_some_and(|h| h.contains("restart the server")),
+        "{refused:?}"
+    );
+    assert_eq!(version(&mut db), PREVIOUS);
     drop(db);
 
     // The new release installed, the server restarted: its library, the old SQL.
