@@ -1,7 +1,7 @@
 //! The extension's own schema: one way to find it, for every statement that names the extension's
 //! objects explicitly (the capture trigger and the derivations run under other search_paths).
 
-use crate::capture::statements::quote_ident;
+use crate::quote::quote_ident;
 use pgrx::prelude::*;
 
 /// The schema the extension is installed in, quoted. A read (no transaction id).

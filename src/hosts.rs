@@ -119,7 +119,7 @@ fn indexnow_confirm_copy() -> i64 {
     .unwrap_or_else(|e| error!("indexnow: could not confirm this copy: {e}"))
     .unwrap_or(0);
     if taken > 0 {
-        crate::worker::worker_at_commit();
+        crate::wake::worker_at_commit();
     }
     taken
 }
@@ -132,7 +132,7 @@ fn set_enabled(host: &str, enabled: bool) {
         enabled.into(),
     );
     if enabled {
-        crate::worker::worker_at_commit();
+        crate::wake::worker_at_commit();
     }
 }
 

@@ -1,26 +1,59 @@
 //! indexnow: keeps search engines told, through the IndexNow protocol, about every page a
 //! Postgres-backed site adds, changes or removes, with the whole queue inside the database.
 //!
-//! Where things are:
-//! - `guc`          every setting
-//! - `queue`        `indexnow_queue()`, the reasons, and the due rule (`queue/due.rs`)
-//! - `hosts`        `indexnow_add_host()`, key rules, switching a host off and on, and the home
-//!   rule: a copy of the database sends nothing until `indexnow_confirm_copy()`
-//! - `capture`      from writes to content tables to queue requests: watches, change sets,
-//!   derivations, related tables, partitions (its `mod.rs` lists its files)
-//! - `status`       `indexnow_status()`
-//! - `send`         one sending pass (claim, POST, record), `indexnow_push_now()`
-//! - `worker`       the launcher and the per-database workers, waking them at commit, the
-//!   database and role settings they follow
-//! - `kept`         statements planned once per backend (SPI_keepplan)
-//! - `subtransaction`  work that may fail alone (a watch's statement, a re-read)
-//! - `extension`    the extension's own schema and owner
-//! - `error`        how bad input is refused
-//! - `compat`       what differs between PostgreSQL 15, 16 and 18
-//! - `sql/`         tables (`schema.sql`), `indexnow_watch()`'s expression check and the event
-//!   trigger for partitions (`capture.sql`), grants and search_path pins (`security.sql`)
-//! - `crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
+//! The map of the code, every file (a test fails when a file is missing here, or named here and
+//! gone). Layers, from the bottom: settings, protocol, errors and helpers; the queue's rules; hosts;
+//! capture and sending; status; the workers. "Behaviour N" in comments is the numbered list of
+//! behaviours in `docs/reliability.md`, each with the tests that would catch its loss.
+//!
+//! - `lib.rs`              this map, `_PG_init`, the SQL files included in the install script
+//! - `guc.rs`              every setting
+//! - `compat.rs`           what differs between PostgreSQL 15, 16 and 18
+//! - `error.rs`            how bad input is refused (SQLSTATE, quoting a value)
+//! - `kept.rs`             statements planned once per backend (SPI_keepplan)
+//! - `subtransaction.rs`   work that may fail alone (a watch's statement, a re-read)
+//! - `quote.rs`            names and text quoted into SQL
+//! - `extension.rs`        the extension's schema, owner and version; the library's version
+//! - `registry.rs`         what the workers and every backend share in shared memory: which workers
+//!   serve which database and what each is doing
+//! - `wake.rs`             waking the workers at the commit of what queued something
+//! - `queue/mod.rs`        `indexnow_queue()` and the upsert every request goes through
+//! - `queue/reason.rs`     the reasons, and which are removals
+//! - `queue/due.rs`        the due rule, in Rust and in SQL
+//! - `hosts.rs`            `indexnow_add_host()` and the key rules, switching hosts off and on, the
+//!   home rule: a copy of the database sends nothing until `indexnow_confirm_copy()`
+//! - `capture/mod.rs`      capture: from writes to content tables to queue requests
+//! - `capture/watch.rs`    `indexnow_watch()`, `indexnow_unwatch()`, `indexnow_reconcile()`,
+//!   `indexnow_derive()`: arguments checked against the table, triggers installed, watches repaired
+//! - `capture/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
+//! - `capture/derive.rs`   runs derivations: pinned settings, a failing row skipped alone, change
+//!   sets derived after commit
+//! - `capture/gate.rs`     `indexnow_capture()`, the trigger function, and the UPDATE gate
+//! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
+//! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
+//! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it
+//! - `capture/partitions.rs`  partitions and inheritance children of a watched table
+//! - `capture/template.rs` URL templates and their percent-encoding
+//! - `capture/fingerprint.rs`  `indexnow_fingerprint()` for custom triggers (watches fingerprint in
+//!   their generated SQL)
+//! - `process.rs`          the background process a pass runs in: pg_stat_activity, statistics,
+//!   SIGTERM
+//! - `send/mod.rs`         one sending pass: claim, POST, record, log; pauses ending
+//! - `send/sql.rs`         the statements of a pass
+//! - `send/push_now.rs`    `indexnow_push_now()`
+//! - `status.rs`           `indexnow_status()`
+//! - `worker/mod.rs`       the launcher and the per-database workers
+//! - `worker/settings.rs`  database and role settings followed by a running worker
+//! - `worker/ddl.rs`       getting out of the way of DROP DATABASE and its kind
+//! - `tests.rs`, `capture_tests.rs`  the `#[pg_test]`s (SQL-level, in a test database)
+//! - `../sql/schema.sql`   tables and indexes
+//! - `../sql/capture.sql`  `indexnow_watch()`'s expression check; the event trigger for partitions
+//! - `../sql/security.sql` grants, SECURITY DEFINER, search_path pins
+//! - `../sql/indexnow--*.sql`  released install scripts and the upgrade scripts between releases
+//! - `../crates/protocol`  the IndexNow protocol's rules in plain Rust (URLs, keys, the request,
 //!   what an answer means, the HTTP client)
+//! - `../crates/receiver`  a local IndexNow endpoint for the tests and the demo
+//! - `../tests/e2e`        end-to-end tests on real clusters, the soak, the upgrade test
 
 use pgrx::prelude::*;
 
@@ -31,10 +64,14 @@ mod extension;
 mod guc;
 mod hosts;
 mod kept;
+mod process;
 mod queue;
+mod quote;
+mod registry;
 mod send;
 mod status;
 mod subtransaction;
+mod wake;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -70,5 +107,56 @@ pub mod pg_test {
 
     pub fn postgresql_conf_options() -> Vec<&'static str> {
         vec![]
+    }
+}
+
+#[cfg(test)]
+mod map {
+    //! The map at the top of this file against the tree.
+    use std::path::Path;
+
+    fn named() -> Vec<String> {
+        let text: String = include_str!("lib.rs")
+            .lines()
+            .filter(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| t.ends_with(".rs") || t.ends_with(".sql"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn files(dir: &Path, base: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files(&path, base, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path.strip_prefix(base).unwrap().display().to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn the_map_names_every_source_file_and_no_other() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = vec![];
+        files(&src, &src, &mut found);
+        let named = named();
+        for file in &found {
+            assert!(
+                named.contains(file),
+                "src/{file} is missing from the map in src/lib.rs"
+            );
+        }
+        for name in named.iter().filter(|n| !n.contains('*')) {
+            assert!(
+                src.join(name).exists(),
+                "the map in src/lib.rs names {name}, which does not exist"
+            );
+        }
     }
 }

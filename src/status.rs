@@ -66,7 +66,7 @@ fn indexnow_status() -> TableIterator<
     // The result's columns are those of this library's release: refused on a database whose
     // extension SQL is another release's (between installing a release and ALTER EXTENSION UPDATE).
     crate::extension::require_current_version();
-    // What the capture triggers recorded is derived first (spec behaviour 8) — except on a hot
+    // What the capture triggers recorded is derived first (behaviour 8) — except on a hot
     // standby, which cannot write: its status counts what the primary had derived.
     let ext = crate::extension::schema();
     // SAFETY: reads shared state.

@@ -1,7 +1,7 @@
 //! Running a piece of work in a subtransaction of its own, as PL/pgSQL's exception blocks do:
 //! an ERROR inside rolls back that subtransaction alone and comes back as its message, and the
 //! caller goes on. The capture runner runs each watch's statement so (a failing watch is a
-//! WARNING, the user's write succeeds: spec behaviour 10), and a sending pass its re-read of
+//! WARNING, the user's write succeeds: behaviour 10), and a sending pass its re-read of
 //! scheduled pages (a stale watch must not stop sending).
 //!
 //! A cancel (`statement_timeout`, `pg_cancel_backend()`) is not an error of the work: it is raised

@@ -470,7 +470,7 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
     })
     .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
     if wrote {
-        crate::worker::worker_at_commit();
+        crate::wake::worker_at_commit();
     }
     true
 }
@@ -511,7 +511,7 @@ pub fn change_sets_waiting(ext: &str) -> bool {
 /// watch gives is removed (`reason`) if search engines were told of it, else its request is
 /// cancelled. Run by TRUNCATE and reconcile, which are when a table's whole content is known.
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
-    let known_live = super::statements::known_live("u");
+    let known_live = crate::queue::known_live("u");
     let sql = format!(
         "WITH w AS (SELECT id FROM {ext}.indexnow_watches \
                      WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active), \

@@ -27,7 +27,7 @@ use super::derive::{self, Rows, Watch};
 use super::statements::{event_keys, record_change_set};
 use super::{partitions, related};
 use crate::queue::Reason;
-use crate::{kept, worker};
+use crate::{kept, wake};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -131,7 +131,7 @@ fn indexnow_capture<'a>(
     crate::queue::note_own_request();
     // The workers look at the queue (or derive the change set) when, and if, this transaction
     // commits. Waking when nothing was queued (a draft saved) costs the worker one idle pass.
-    worker::worker_at_commit();
+    wake::worker_at_commit();
     Ok(None)
 }
 

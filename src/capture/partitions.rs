@@ -110,7 +110,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
                 &[(*w).into()],
             )
             .unwrap_or_else(|e| error!("indexnow: recording a changed partition tree: {e}"));
-            crate::worker::worker_at_commit();
+            crate::wake::worker_at_commit();
         }
     }
     // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.

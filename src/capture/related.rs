@@ -13,7 +13,8 @@
 //! children's own triggers see their rows go. Where it does not, the children stay and are derived
 //! again (a `visible` that reads the parent then hides them).
 
-use super::statements::{quote_ident, row_key};
+use super::statements::row_key;
+use crate::quote::quote_ident;
 use pgrx::prelude::*;
 use std::collections::{HashMap, VecDeque};
 

@@ -41,7 +41,8 @@
 //! return one row: created, changed, removed, problems (count), problem (the first few, text).
 
 use super::template::Part;
-use crate::queue::{Reason, ON_CONFLICT_SQL};
+use crate::queue::{known_live, removal_list, Reason, ON_CONFLICT_SQL};
+use crate::quote::{quote_ident, quote_literal};
 
 /// A watch as `indexnow_watch()` checked it: everything the statements are generated from.
 pub struct WatchDefinition {
@@ -104,32 +105,6 @@ pub struct Statements {
     pub baseline: String,
     /// The same for the rows whose keys are in `$1` (to find the rows that fail).
     pub baseline_keys: String,
-}
-
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// Search engines were last told the queue row `alias` is live (or, for a watch's baseline, are
-/// taken to know it).
-pub fn known_live(alias: &str) -> String {
-    format!(
-        "coalesce({alias}.settled_reason NOT IN ({}), false)",
-        removal_list()
-    )
-}
-
-pub fn removal_list() -> String {
-    Reason::ALL
-        .iter()
-        .filter(|r| r.is_removal())
-        .map(|r| quote_literal(r.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The row key of `alias` as stored in change sets and sources: `jsonb_build_array(k0, ...)`.

@@ -26,11 +26,12 @@
 //!   were told of them), and watching the same pattern again takes them back.
 
 use super::derive::{self, Rows};
-use super::statements::{quote_ident, PublishAt, TimeKind, UrlSource, WatchDefinition};
+use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
 use super::{owner, related, triggers};
 use crate::error::{invalid_parameter, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
+use crate::quote::quote_ident;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 

@@ -1,4 +1,4 @@
-//! When a queued URL is due: the rule of spec behaviour 11, in the one place it is written.
+//! When a queued URL is due: the rule of behaviour 11, in the one place it is written.
 //!
 //! A URL is due when all of these hold:
 //! - a request is pending: `request_seq > settled_seq` (something asked for it since the last

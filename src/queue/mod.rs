@@ -19,6 +19,7 @@ mod reason;
 pub use reason::{Reason, UnknownReason};
 
 use crate::error::{invalid_parameter, shown};
+use crate::quote::quote_literal;
 use pgrx::prelude::*;
 use sha1::{Digest, Sha1};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -88,5 +89,24 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
     )
     .unwrap_or_else(|e| error!("indexnow: could not queue {}: {e}", target.url));
     note_own_request();
-    crate::worker::worker_at_commit();
+    crate::wake::worker_at_commit();
+}
+
+/// Search engines were last told the queue row `alias` is live (or, for a watch's baseline, are
+/// taken to know it).
+pub fn known_live(alias: &str) -> String {
+    format!(
+        "coalesce({alias}.settled_reason NOT IN ({}), false)",
+        removal_list()
+    )
+}
+
+/// The removal reasons as a SQL list: `'moved', 'unpublished', ...`.
+pub fn removal_list() -> String {
+    Reason::ALL
+        .iter()
+        .filter(|r| r.is_removal())
+        .map(|r| quote_literal(r.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

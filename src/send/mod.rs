@@ -116,7 +116,7 @@ impl Session {
                     let f = f; // the whole wrapper, not its field
                     (f.0)()
                 });
-                crate::worker::report_statistics(false);
+                crate::process::report_statistics(false);
                 r
             }
         }
@@ -126,12 +126,12 @@ impl Session {
     /// shown).
     fn report_activity(self, what: &str) {
         if let Session::Worker { .. } = self {
-            crate::worker::report_activity(what, true);
+            crate::process::report_activity(what, true);
         }
     }
 
     fn told_to_stop(self) -> bool {
-        matches!(self, Session::Worker { .. }) && crate::worker::told_to_stop()
+        matches!(self, Session::Worker { .. }) && crate::process::told_to_stop()
     }
 }
 
@@ -224,7 +224,7 @@ pub fn derive_change_sets(session: Session) {
 pub fn run_pass(session: Session) -> Vec<HostResult> {
     let settings = Settings::now();
     // What the capture triggers recorded is derived first, sending or not: the queue is what a
-    // pass reads (spec behaviour 8).
+    // pass reads (behaviour 8).
     derive_change_sets(session);
     if !settings.enabled {
         return vec![];

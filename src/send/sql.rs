@@ -121,7 +121,7 @@ pub fn claim_by_reading(own_requests: bool) -> String {
 #[derive(Clone, Copy)]
 pub enum Settle {
     /// The endpoint accepted the batch. Only the requests the claim saw are settled: a request
-    /// that arrived since keeps `request_seq > settled_seq` (spec behaviour 14), and
+    /// that arrived since keeps `request_seq > settled_seq` (behaviour 14), and
     /// `pushed_changed_at` is the content the push carried, so a change since is still a change.
     Accepted,
     /// The endpoint refused the batch (a 4xx that is not a pause): the requests it carried are

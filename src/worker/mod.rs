@@ -26,27 +26,19 @@
 //!   and `pg_stat_activity` shows what each is doing.
 
 mod ddl;
-pub mod registry;
 mod settings;
-mod wake;
-
-pub use wake::worker_at_commit;
 
 use crate::guc;
+use crate::process::{report_activity, report_statistics, told_to_stop};
+use crate::registry::{self, State};
 use crate::send::{derive_change_sets, run_pass, sleep_before_next_pass, Session};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, DynamicBackgroundWorker,
     SignalWakeFlags,
 };
 use pgrx::prelude::*;
-use registry::State;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Set by `_PG_init` when the library is loaded through `shared_preload_libraries`; backends
-/// forked from that postmaster inherit it.
-static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 /// How often the launcher looks for new databases when nobody wakes it.
 const LAUNCHER_NAP: Duration = Duration::from_secs(5);
@@ -60,7 +52,6 @@ const LAUNCHER_TYPE: &str = "indexnow launcher";
 
 /// Called from `_PG_init` while preloading: shared memory and the launcher.
 pub fn register_at_preload() {
-    PRELOADED.store(true, Ordering::Relaxed);
     registry::init();
     ddl::install();
     BackgroundWorkerBuilder::new(LAUNCHER_TYPE)
@@ -74,7 +65,7 @@ pub fn register_at_preload() {
 }
 
 pub fn preloaded() -> bool {
-    PRELOADED.load(Ordering::Relaxed)
+    registry::preloaded()
 }
 
 /// The `worker` column of `indexnow_status()`.
@@ -350,36 +341,6 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         }
     }
     registry::leave(db);
-}
-
-/// Whether this worker was told to stop (SIGTERM: a shutdown, `pg_terminate_backend()`, or a
-/// command that needs the database to itself). Stays true once set: pgrx's own
-/// `sigterm_received()` forgets the signal once asked, and every loop of the worker must see it.
-pub fn told_to_stop() -> bool {
-    // SAFETY: a sig_atomic_t the SIGTERM handler sets; read, never written here.
-    unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
-}
-
-/// Sends what this process wrote to the statistics system (`pg_stat_user_tables`, which
-/// autovacuum reads), as a backend does between statements: `force` before sleeping, otherwise
-/// at most once a second (PostgreSQL's own limit).
-pub fn report_statistics(force: bool) {
-    // SAFETY: outside any transaction, as PostgreSQL's own callers are.
-    unsafe {
-        pg_sys::pgstat_report_stat(force);
-    }
-}
-
-/// Shows `what` as this worker's `query` in `pg_stat_activity`, its `state` active when `busy`.
-pub fn report_activity(what: &str, busy: bool) {
-    let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
-    let state = if busy {
-        pg_sys::BackendState::STATE_RUNNING
-    } else {
-        pg_sys::BackendState::STATE_IDLE
-    };
-    // SAFETY: copies the text into this backend's status entry.
-    unsafe { pg_sys::pgstat_report_activity(state, what.as_ptr()) };
 }
 
 /// What an idle worker shows in `pg_stat_activity`: idle, sending switched off, or paused.

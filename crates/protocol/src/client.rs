@@ -1,5 +1,5 @@
 //! The IndexNow client: one POST of one batch, with the result as an [`Answer`] — a value, never
-//! an error, so a network fault can never become an ERROR in the worker (spec behaviour 13:
+//! an error, so a network fault can never become an ERROR in the worker (behaviour 13:
 //! temporary failures back off, they do not drop URLs).
 //!
 //! ureq with rustls (no OpenSSL to install), a User-Agent naming the extension and its version, a

@@ -1,4 +1,4 @@
-//! What an answer from the endpoint means (spec behaviour 13). A pure function of the answer, the
+//! What an answer from the endpoint means (behaviour 13). A pure function of the answer, the
 //! configured pauses and the clock, so each class has a table test.
 //!
 //! | answer                                   | outcome                                           |

@@ -1,4 +1,4 @@
-//! Nothing leaks from a copy or a switched-off database (spec behaviour 22), end to end: a
+//! Nothing leaks from a copy or a switched-off database (behaviour 22), end to end: a
 //! running worker follows `ALTER DATABASE ... SET` and `ALTER ROLE ... IN DATABASE ... SET` and
 //! their resets; a database copied with `CREATE DATABASE ... TEMPLATE`, or dumped and restored
 //! into another cluster, queues but sends nothing until `indexnow_confirm_copy()`. (A promoted

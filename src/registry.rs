@@ -7,6 +7,16 @@
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by `_PG_init` when the library is loaded through `shared_preload_libraries` (see
+/// [`init`]); backends forked from that postmaster inherit it.
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the library was preloaded: the shared memory, the launcher and the workers exist.
+pub fn preloaded() -> bool {
+    PRELOADED.load(Ordering::Relaxed)
+}
 
 /// At most this many database workers run at once (each also needs a background worker slot:
 /// `max_worker_processes`).
@@ -75,11 +85,12 @@ static REGISTRY: PgLwLock<Registry> = unsafe { PgLwLock::new(c"indexnow_registry
 
 /// Called from `_PG_init` while preloading.
 pub fn init() {
+    PRELOADED.store(true, Ordering::Relaxed);
     pg_shmem_init!(REGISTRY);
 }
 
 fn available() -> bool {
-    super::preloaded()
+    preloaded()
 }
 
 /// Registers this process as the launcher.

@@ -6,7 +6,7 @@
 //! The request is remembered in this process and acted on by a transaction callback; a rollback
 //! forgets it (a rolled-back queue row is nothing to send: behaviour 9).
 
-use super::registry;
+use crate::registry;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,7 +16,7 @@ static WAKE_LAUNCHER: AtomicBool = AtomicBool::new(false);
 
 /// Wake this database's workers when the current transaction commits.
 pub fn worker_at_commit() {
-    if super::preloaded() {
+    if registry::preloaded() {
         register_callback();
         WAKE_WORKER.store(true, Ordering::Relaxed);
     }
@@ -24,7 +24,7 @@ pub fn worker_at_commit() {
 
 /// Tell the launcher, when the current transaction commits, that a database may need a worker.
 pub fn launcher_at_commit() {
-    if super::preloaded() {
+    if registry::preloaded() {
         register_callback();
         WAKE_LAUNCHER.store(true, Ordering::Relaxed);
     }
