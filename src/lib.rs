@@ -54,6 +54,8 @@
 //!   what an answer means, the HTTP client)
 //! - `../crates/receiver`  a local IndexNow endpoint for the tests and the demo
 //! - `../tests/e2e`        end-to-end tests on real clusters, the soak, the upgrade test
+//! - `../tests/golden`     the statements a watch generates, for the demo's `pages` table (the
+//!   golden test in `capture/statements.rs`)
 
 use pgrx::prelude::*;
 

@@ -80,12 +80,14 @@ fn indexnow_status() -> TableIterator<
     let held = held_sql();
     // In a dry run, what a dry run has decided on is not due again (the sender skips it).
     let undecided = crate::send::sql::undecided(6);
+    // due_now: what a sender may take now — due, and not in a sender's hands (a live lease).
+    let claimable = crate::send::sql::claimable_with_dry_run_in(6);
     // next_due_at: when a URL can really go out — its due time, or the end of a pause if later;
     // none while the host is held. oldest_due_age: how long the URL due the longest has waited.
     let sql = format!(
         "WITH pending AS ( \
              SELECT host, count(*) AS pending, \
-                    count(*) FILTER (WHERE {DUE_SQL} AND {undecided}) AS due_now, \
+                    count(*) FILTER (WHERE {DUE_SQL} AND {claimable}) AS due_now, \
                     min({DUE_AT_SQL}) FILTER (WHERE {undecided}) AS first_due_at \
                FROM indexnow_urls WHERE request_seq > settled_seq GROUP BY host), \
          failed AS ( \

@@ -487,6 +487,15 @@ fn status_counts_per_host_with_the_due_rule() {
     );
     Spi::run("RESET indexnow.enabled").unwrap();
     Spi::run("RESET indexnow.dry_run").unwrap();
+    // due_now is what a sender may take now: a row leased to a sender in flight is not.
+    let due_now = || count("SELECT due_now FROM indexnow_status() WHERE host = 'www.example.com'");
+    assert_eq!(due_now(), 2);
+    Spi::run(
+        "UPDATE indexnow_urls SET claimed_until = now() + interval '1 minute' \
+          WHERE url = 'https://www.example.com/0'",
+    )
+    .unwrap();
+    assert_eq!(due_now(), 1);
     assert_eq!(
         text("SELECT DISTINCT worker FROM indexnow_status()").as_deref(),
         Some("not running: indexnow is not in shared_preload_libraries")

@@ -34,7 +34,16 @@ pub fn undecided(n: u8) -> String {
 /// A row a sender may take now, besides being due: no other sender holds a live lease on it, and
 /// it is undecided.
 fn claimable() -> String {
-    format!("(claimed_until IS NULL OR claimed_until <= $1) AND {UNDECIDED_SQL}")
+    claimable_with_dry_run_in(5)
+}
+
+/// [`claimable`] with the dry-run flag in parameter `$n` (`$1` is now, as everywhere): what
+/// `indexnow_status()` counts as `due_now`.
+pub fn claimable_with_dry_run_in(n: u8) -> String {
+    format!(
+        "(claimed_until IS NULL OR claimed_until <= $1) AND {}",
+        undecided(n)
+    )
 }
 
 /// The hosts a pass sends for, with their key: enabled, at home in this database, not paused
