@@ -5,7 +5,7 @@
 //! the longest has waited (what an alert watches), and whether sending is a dry run.
 
 use crate::guc;
-use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
+use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
 use pgrx::prelude::*;
 
 type StatusRow = (
@@ -78,6 +78,7 @@ fn indexnow_status() -> TableIterator<
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
     let held = held_sql();
+    let paused = crate::send::sql::paused_until("n.host");
     // In a dry run, what a dry run has decided on is not due again (the sender skips it).
     let undecided = crate::send::sql::undecided(6);
     // due_now: what a sender may take now — due, and not in a sender's hands (a live lease).
@@ -89,10 +90,10 @@ fn indexnow_status() -> TableIterator<
              SELECT host, count(*) AS pending, \
                     count(*) FILTER (WHERE {DUE_SQL} AND {claimable}) AS due_now, \
                     min({DUE_AT_SQL}) FILTER (WHERE {undecided}) AS first_due_at \
-               FROM indexnow_urls WHERE request_seq > settled_seq GROUP BY host), \
+               FROM indexnow_urls WHERE {PENDING_SQL} GROUP BY host), \
          failed AS ( \
              SELECT host, count(*) AS failed FROM indexnow_urls \
-              WHERE failed_at IS NOT NULL AND request_seq = settled_seq GROUP BY host), \
+              WHERE {FAILED_SQL} GROUP BY host), \
          names AS ( \
              SELECT host FROM indexnow_hosts UNION SELECT host FROM pending \
              UNION SELECT host FROM failed), \
@@ -100,8 +101,7 @@ fn indexnow_status() -> TableIterator<
              SELECT n.host, h.key IS NOT NULL AS has_key, coalesce(h.enabled, false) AS enabled, \
                     coalesce(p.pending, 0) AS pending, coalesce(p.due_now, 0) AS due_now, \
                     coalesce(f.failed, 0) AS failed, p.first_due_at, \
-                    (SELECT max(b.until) FROM indexnow_backoff b \
-                      WHERE b.scope IN ('*', n.host) AND b.until > $1) AS backoff_until, \
+                    {paused} AS backoff_until, \
                     {held} AS held \
                FROM names n \
                LEFT JOIN indexnow_hosts h USING (host) \

@@ -541,19 +541,48 @@ mod tests {
         fn pages(lang: &str) -> WatchDefinition {
             let (ignored, visible, hidden) = match lang {
                 "th" => (
-                    ["sort_order", "is_featured", "keywords", "created_at", "updated_at", "title_en", "body_en"],
+                    [
+                        "sort_order",
+                        "is_featured",
+                        "keywords",
+                        "created_at",
+                        "updated_at",
+                        "title_en",
+                        "body_en",
+                    ],
                     "status = 'published' AND NOT noindex",
                     Reason::Unpublished,
                 ),
                 _ => (
-                    ["sort_order", "is_featured", "keywords", "created_at", "updated_at", "title", "body"],
+                    [
+                        "sort_order",
+                        "is_featured",
+                        "keywords",
+                        "created_at",
+                        "updated_at",
+                        "title",
+                        "body",
+                    ],
                     "status = 'published' AND NOT noindex AND title_en IS NOT NULL",
                     Reason::Untranslated,
                 ),
             };
             let columns = [
-                "id", "slug", "category", "title", "body", "title_en", "body_en", "status", "noindex",
-                "sort_order", "is_featured", "keywords", "created_at", "updated_at", "published_at",
+                "id",
+                "slug",
+                "category",
+                "title",
+                "body",
+                "title_en",
+                "body_en",
+                "status",
+                "noindex",
+                "sort_order",
+                "is_featured",
+                "keywords",
+                "created_at",
+                "updated_at",
+                "published_at",
             ];
             WatchDefinition {
                 watch_id: if lang == "th" { 1 } else { 2 },

@@ -305,9 +305,15 @@ fn indexnow_watch(
         .parse()
         .unwrap_or_else(|e: UnknownReason| watch_error(e.to_string()));
     if !hidden_reason.is_removal() {
+        let removals: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.is_removal())
+            .map(|r| r.as_str())
+            .collect();
         watch_error(format!(
-            "hidden_reason {:?} is not a removal reason (moved, unpublished, deleted, gone, untranslated)",
-            hidden_reason.as_str()
+            "hidden_reason {:?} is not a removal reason ({})",
+            hidden_reason.as_str(),
+            removals.join(", ")
         ));
     }
     let public: Vec<String> = table

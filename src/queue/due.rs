@@ -90,6 +90,14 @@ fn micros(d: Duration) -> Micros {
     d.as_micros() as Micros
 }
 
+/// A request is pending: something asked for the URL since the last push settled it. The first
+/// term of [`DUE_SQL`], and what the partial index `indexnow_urls_pending` covers.
+pub const PENDING_SQL: &str = "request_seq > settled_seq";
+
+/// The endpoint refused the URL (a 4xx other than those that pause) and nothing asked for it
+/// since: it is not sent again until it is requested again.
+pub const FAILED_SQL: &str = "(failed_at IS NOT NULL AND request_seq = settled_seq)";
+
 /// The rule as a condition over `indexnow_urls`. `$1` = now (timestamptz); `$2`, `$3`, `$4` =
 /// debounce, min_gap and repeat_after in seconds (float8, see [`DueRule::sql_args`]).
 /// Its first two terms are what the partial index `indexnow_urls_pending` serves.

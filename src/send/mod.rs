@@ -19,7 +19,7 @@
 //!   rows in a second short transaction after. If it dies in between, the lease runs out and the
 //!   rows are due again (behaviour 16). The lease is `http_timeout` plus a margin: longer than a
 //!   request can take.
-//! - `indexnow_push_now()` ([`Session::Caller`]) runs in its caller's transaction, which it cannot
+//! - `indexnow_push_now()` ([`Session::PushNow`]) runs in its caller's transaction, which it cannot
 //!   commit: a lease it wrote would be invisible to others and its row locks would be held across
 //!   the request. So it reads the due rows without locking them, and keeps other senders away
 //!   with an advisory lock instead: it takes the pass lock exclusively, and holds it until its
@@ -98,10 +98,9 @@ impl Settings {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Session {
     /// A database worker, the `sender`th of its database's (`indexnow.workers_per_database`).
-    Worker {
-        sender: u32,
-    },
-    Caller,
+    Worker { sender: u32 },
+    /// `indexnow_push_now()`, in its caller's transaction.
+    PushNow,
 }
 
 impl Session {
@@ -109,7 +108,7 @@ impl Session {
     /// transaction otherwise.
     fn step<R>(self, f: impl FnOnce() -> R) -> R {
         match self {
-            Session::Caller => f(),
+            Session::PushNow => f(),
             Session::Worker { .. } => {
                 let f = std::panic::AssertUnwindSafe(f);
                 let r = pgrx::bgworkers::BackgroundWorker::transaction(move || {
@@ -153,7 +152,7 @@ struct Claimed {
     watch_id: Vec<Option<i32>>,
     ctid: Vec<String>,
     /// Queued for a publication time (`available_at` later than the request): re-read before
-    /// it is sent, see [`recheck_scheduled`].
+    /// it is sent, see [`reread_scheduled`].
     scheduled: Vec<bool>,
 }
 
@@ -208,7 +207,7 @@ pub struct HostResult {
 pub fn derive_change_sets(session: Session) {
     let ext = || crate::extension::schema();
     match session {
-        Session::Caller => {
+        Session::PushNow => {
             derive::derive_all_change_sets(&ext());
         }
         Session::Worker { .. } => {
@@ -229,7 +228,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
     if !settings.enabled {
         return vec![];
     }
-    if session == Session::Caller {
+    if session == Session::PushNow {
         // As a write: the statements after it then take a fresh snapshot each (pgrx runs them
         // read-write once the transaction has written), and see what a call it waited for settled.
         Spi::connect_mut(|client| kept::write(client, &sql::take_pass_lock(), &[]).map(|_| ()))
@@ -457,7 +456,7 @@ fn submit(
     endpoint: &str,
     request: SubmitRequest,
 ) -> Option<indexnow_protocol::Answer> {
-    if session == Session::Caller {
+    if session == Session::PushNow {
         return Some(client.submit(endpoint, &request));
     }
     let (answered, answer) = std::sync::mpsc::channel();
@@ -553,7 +552,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     args.push(settings.lease().into());
     let query = match session {
         Session::Worker { .. } => sql::claim_with_lease(),
-        Session::Caller => sql::claim_by_reading(crate::queue::own_requests_in_this_transaction()),
+        Session::PushNow => sql::claim_by_reading(crate::queue::own_requests_in_this_transaction()),
     };
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
@@ -574,17 +573,17 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     })
     .unwrap_or_else(|e| error!("indexnow: could not claim due URLs of {host}: {e}"));
     let taken = claimed.len();
-    Some((taken, recheck_scheduled(session, settings, claimed)))
+    Some((taken, reread_scheduled(session, settings, claimed)))
 }
 
-/// Spec behaviour 7: a page whose publication was scheduled is derived again from its row
+/// Behaviour 7: a page whose publication was scheduled is derived again from its row
 /// before it is sent, in case the row changed without the capture triggers seeing it (triggers
 /// disabled, `session_replication_role = replica`, a restore): the same derivation as a save's,
 /// for the rows that gave these URLs (`crate::capture::derive`). A page no longer public is
 /// cancelled or removed by it, a page scheduled again waits for its new time; what the
 /// derivation changed is taken out of the batch. Costs a derivation only for batches holding
 /// such pages: a page queued as live when it was saved is not re-read.
-fn recheck_scheduled(session: Session, settings: &Settings, mut claimed: Claimed) -> Claimed {
+fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed) -> Claimed {
     let scheduled: Vec<Vec<u8>> = claimed
         .url_hash
         .iter()

@@ -27,7 +27,7 @@ fn indexnow_push_now() -> TableIterator<
     if !crate::guc::ENABLED.get() {
         notice!("indexnow: indexnow.enabled is off: nothing is sent");
     }
-    let rows = run_pass(Session::Caller)
+    let rows = run_pass(Session::PushNow)
         .into_iter()
         .map(|r| (r.host, r.requests, r.url_count, r.status, r.note))
         .collect::<Vec<_>>();

@@ -6,7 +6,7 @@
 //! `$5` = dry run (bool). A statement that does not use some of them still takes them all, so
 //! every call site passes the same [`super::Settings::claim_args`].
 
-use crate::queue::due::{DUE_AT_SQL, DUE_SQL};
+use crate::queue::due::{DUE_AT_SQL, DUE_SQL, PENDING_SQL};
 
 /// Who takes advisory locks of this key (`pg_advisory_*lock(PASS_LOCK)`): sending passes only.
 /// A worker's claim transaction holds it shared, an `indexnow_push_now()` call exclusive until
@@ -67,10 +67,18 @@ pub fn sendable_hosts() -> String {
 /// with no row has no key: it may not.)
 fn host_may_send() -> String {
     format!(
-        "h.enabled AND {} \
-         AND NOT EXISTS (SELECT FROM indexnow_backoff b \
-                          WHERE b.scope IN ('*', h.host) AND b.until > $1)",
-        crate::hosts::at_home_sql()
+        "h.enabled AND {} AND {} IS NULL",
+        crate::hosts::at_home_sql(),
+        paused_until("h.host")
+    )
+}
+
+/// Until when sending for `host` (a SQL expression) is paused — all sending (scope `*`) or that
+/// host's — or NULL; `$1` is now.
+pub fn paused_until(host: &str) -> String {
+    format!(
+        "(SELECT max(b.until) FROM indexnow_backoff b \
+           WHERE b.scope IN ('*', {host}) AND b.until > $1)"
     )
 }
 
@@ -235,7 +243,7 @@ pub fn seconds_to_next_due() -> String {
           CROSS JOIN LATERAL ( \
                 SELECT min(greatest({DUE_AT_SQL}, claimed_until)) AS next_at \
                   FROM indexnow_urls \
-                 WHERE host = h.host AND request_seq > settled_seq AND {UNDECIDED_SQL}) n \
+                 WHERE host = h.host AND {PENDING_SQL} AND {UNDECIDED_SQL}) n \
           WHERE {host_may_send}"
     )
 }
