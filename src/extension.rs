@@ -6,7 +6,7 @@ use pgrx::prelude::*;
 
 /// The schema the extension is installed in, quoted. A read (no transaction id).
 pub fn schema() -> String {
-    let name: Option<String> = crate::kept::get_one(
+    let name: Option<String> = crate::plan_cache::get_one(
         "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
           WHERE e.extname = 'indexnow'",
@@ -34,7 +34,7 @@ pub fn schema_of_function(function: pg_sys::Oid) -> String {
 
 /// The role that owns the extension: what watching runs as once the caller's rights are checked.
 pub fn owner() -> pg_sys::Oid {
-    crate::kept::get_one::<pg_sys::Oid>(
+    crate::plan_cache::get_one::<pg_sys::Oid>(
         "SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'indexnow'",
         &[],
     )
@@ -62,7 +62,7 @@ fn indexnow_library_version() -> &'static str {
 
 /// The version of the extension's SQL in this database (`pg_extension.extversion`), if installed.
 pub fn installed_version() -> Option<String> {
-    crate::kept::get_one(
+    crate::plan_cache::get_one(
         "SELECT extversion::text FROM pg_catalog.pg_extension WHERE extname = 'indexnow'",
         &[],
     )

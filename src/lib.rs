@@ -10,7 +10,8 @@
 //! - `guc.rs`              every setting
 //! - `compat.rs`           what differs between PostgreSQL 15, 16 and 18
 //! - `error.rs`            how bad input is refused (SQLSTATE, quoting a value)
-//! - `kept.rs`             statements planned once per backend (SPI_keepplan)
+//! - `plan_cache.rs`       statements planned once per backend (SPI_keepplan), under the search_path
+//!   they were planned for
 //! - `subtransaction.rs`   work that may fail alone (a watch's statement, a re-read)
 //! - `quote.rs`            names and text quoted into SQL
 //! - `extension.rs`        the extension's schema, owner and version; the library's version
@@ -28,7 +29,7 @@
 //! - `capture/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
 //! - `capture/derive.rs`   runs derivations: pinned settings, a failing row skipped alone, change
 //!   sets derived after commit
-//! - `capture/gate.rs`     `indexnow_capture()`, the trigger function, and the UPDATE gate
+//! - `capture/trigger_function.rs`  `indexnow_capture()`, the trigger function, and the UPDATE gate
 //! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
 //! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it
@@ -65,7 +66,7 @@ mod error;
 mod extension;
 mod guc;
 mod hosts;
-mod kept;
+mod plan_cache;
 mod process;
 mod queue;
 mod quote;

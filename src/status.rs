@@ -126,7 +126,7 @@ fn indexnow_status() -> TableIterator<
             enabled.into(),
             dry_run.into(),
         ];
-        crate::kept::read(client, &sql, &args)?
+        crate::plan_cache::read(client, &sql, &args)?
             .map(|r| {
                 Ok((
                     r.get::<String>(1)?,

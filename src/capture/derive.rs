@@ -23,7 +23,7 @@
 //!   because it must see everything.
 
 use crate::queue::Reason;
-use crate::{kept, subtransaction};
+use crate::{plan_cache, subtransaction};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -116,7 +116,7 @@ fn watches_where(
           WHERE {condition} AND w.active ORDER BY w.id"
     );
     Spi::connect(|client| {
-        kept::read(client, &sql, &[arg])?
+        plan_cache::read(client, &sql, &[arg])?
             .map(|r| {
                 Ok(Watch {
                     ext: ext.to_string(),
@@ -207,7 +207,7 @@ fn run_statement(
     subtransaction::run(|| {
         Spi::connect_mut(|client| {
             let table = if keep {
-                kept::write(client, sql, &args)?
+                plan_cache::write(client, sql, &args)?
             } else {
                 client.update(sql, None, &args)?
             };
@@ -366,7 +366,7 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
         ext = watch.ext,
     );
     let keys: Option<JsonB> = Spi::connect(|client| {
-        kept::read(client, &sql, &[watch.id.into()])?
+        plan_cache::read(client, &sql, &[watch.id.into()])?
             .first()
             .get_one()
     })
@@ -423,7 +423,7 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
         "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes ORDER BY id LIMIT 1 {lock}"
     );
     let change = Spi::connect_mut(|client| {
-        let table = kept::write(client, &take, &[])?;
+        let table = plan_cache::write(client, &take, &[])?;
         if table.is_empty() {
             return Ok(None);
         }
@@ -461,7 +461,7 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
         vacate_inactive(ext, table, Reason::Deleted);
     }
     Spi::connect_mut(|client| {
-        kept::write(
+        plan_cache::write(
             client,
             &format!("DELETE FROM {ext}.indexnow_changes WHERE id = $1"),
             &[id.into()],
@@ -498,7 +498,7 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
 
 /// Whether any change set waits to be derived (a read: assigns no transaction id).
 pub fn change_sets_waiting(ext: &str) -> bool {
-    kept::get_one::<bool>(
+    plan_cache::get_one::<bool>(
         &format!("SELECT EXISTS (SELECT FROM {ext}.indexnow_changes)"),
         &[],
     )

@@ -7,11 +7,11 @@
 
 pub mod derive;
 pub mod fingerprint;
-pub mod gate;
 pub mod owner;
 pub mod partitions;
 pub mod related;
 pub mod statements;
 pub mod template;
+pub mod trigger_function;
 pub mod triggers;
 pub mod watch;

@@ -26,7 +26,7 @@
 //! the capture trigger turns keys into jsonb as the extension's owner, and a user-defined type's
 //! cast to json would be the maker's code run with those rights ([`built_in`]).
 
-use crate::kept;
+use crate::plan_cache;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use std::cell::RefCell;
@@ -62,7 +62,7 @@ fn indexnow_watch_rows(
 > {
     let ext = crate::extension::schema();
     let found: Option<(Option<pg_sys::Oid>, String, String, String)> = Spi::connect(|client| {
-        let t = kept::read(
+        let t = plan_cache::read(
             client,
             &format!(
                 "SELECT r.oid, w.owner::pg_catalog.text, w.search_path, \
@@ -102,7 +102,7 @@ fn indexnow_watch_rows(
 }
 
 thread_local! {
-    /// The row statements planned in this backend, by text (see `crate::kept`).
+    /// The row statements planned in this backend, by text (see `crate::plan_cache`).
     static ROW_PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
 }
 
@@ -112,7 +112,7 @@ thread_local! {
 fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
     let keys_datum = keys.into_datum();
     // SAFETY: SPI is connected and finished here; the plan is kept for the backend's life (as
-    // `crate::kept` keeps its plans); every value is copied out before SPI_finish. An ERROR
+    // `crate::plan_cache` keeps its plans); every value is copied out before SPI_finish. An ERROR
     // inside unwinds SPI with the (sub)transaction it aborts.
     unsafe {
         pg_sys::SPI_connect();

@@ -30,7 +30,7 @@ pub fn watched_ancestor(ext: &str, table: pg_sys::Oid) -> Option<pg_sys::Oid> {
           WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = up.oid AND w.active) \
           ORDER BY up.depth LIMIT 1"
     );
-    crate::kept::get_one::<pg_sys::Oid>(&sql, &[table.into()])
+    crate::plan_cache::get_one::<pg_sys::Oid>(&sql, &[table.into()])
         .unwrap_or_else(|e| error!("indexnow: looking for a watched parent table: {e}"))
 }
 
@@ -57,7 +57,7 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// on every save.)
 pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
     Spi::connect(|client| {
-        crate::kept::read(
+        crate::plan_cache::read(
             client,
             "SELECT a.attname::text FROM pg_catalog.pg_index i \
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \

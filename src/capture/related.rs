@@ -232,7 +232,7 @@ pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
           WHERE r.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND w.active ORDER BY r.watch_id"
     );
     Spi::connect(|client| {
-        crate::kept::read(client, &sql, &[table.into()])?
+        crate::plan_cache::read(client, &sql, &[table.into()])?
             .map(|r| {
                 Ok(Dependents {
                     watch_id: r.get(1)?.unwrap_or_default(),

@@ -1,5 +1,5 @@
 //! The capture triggers every watched table (and every partition of it, and every related table)
-//! carries: four statement-level triggers, all calling `indexnow_capture()` (`super::gate`).
+//! carries: four statement-level triggers, all calling `indexnow_capture()` (`super::trigger_function`).
 //! Installed by `indexnow_watch()` and by the partition event trigger, dropped when no active
 //! watch needs them.
 

@@ -3,7 +3,7 @@
 //! installing the triggers.
 //!
 //! The triggers (statement-level, with transition tables, plus TRUNCATE) all call one function of
-//! the extension, `indexnow_capture()` (`super::gate`). Because the triggers depend on an
+//! the extension, `indexnow_capture()` (`super::trigger_function`). Because the triggers depend on an
 //! extension member, `DROP EXTENSION` refuses while a table is watched (CASCADE drops the triggers
 //! too), and `pg_dump` restores them after `CREATE EXTENSION` recreates the function.
 //!

@@ -33,7 +33,7 @@ pub(crate) mod sql;
 
 use crate::capture::derive::{self, Rows};
 use crate::guc;
-use crate::kept;
+use crate::plan_cache;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
 use indexnow_protocol::client::Client;
@@ -231,8 +231,10 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
     if session == Session::PushNow {
         // As a write: the statements after it then take a fresh snapshot each (pgrx runs them
         // read-write once the transaction has written), and see what a call it waited for settled.
-        Spi::connect_mut(|client| kept::write(client, &sql::take_pass_lock(), &[]).map(|_| ()))
-            .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
+        Spi::connect_mut(|client| {
+            plan_cache::write(client, &sql::take_pass_lock(), &[]).map(|_| ())
+        })
+        .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
     }
     let mut hosts = session.step(|| sendable_hosts(&settings));
     if let (Session::Worker { sender }, false) = (session, hosts.is_empty()) {
@@ -421,13 +423,13 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
 /// before each pass.
 pub fn end_pauses_over() {
     // A read first: an idle worker's pass takes no transaction id (a write statement would).
-    let any: Option<bool> = kept::get_one(sql::ANY_PAUSE_OVER, &[])
+    let any: Option<bool> = plan_cache::get_one(sql::ANY_PAUSE_OVER, &[])
         .unwrap_or_else(|e| error!("indexnow: could not read the pauses: {e}"));
     if any != Some(true) {
         return;
     }
     let ended = Spi::connect_mut(|client| {
-        kept::write(client, sql::PAUSES_OVER, &[])?
+        plan_cache::write(client, sql::PAUSES_OVER, &[])?
             .map(|r| Ok((r.get::<String>(1)?.unwrap_or_default(), r.get::<i32>(2)?)))
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
@@ -513,7 +515,7 @@ fn without_signals<R>(f: impl FnOnce() -> R) -> R {
 }
 
 pub(crate) fn now() -> TimestampWithTimeZone {
-    kept::get_one("SELECT clock_timestamp()", &[])
+    plan_cache::get_one("SELECT clock_timestamp()", &[])
         .ok()
         .flatten()
         .unwrap_or_else(|| error!("indexnow: no clock"))
@@ -522,7 +524,7 @@ pub(crate) fn now() -> TimestampWithTimeZone {
 fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     let args = settings.claim_args(now());
     Spi::connect(|client| {
-        kept::read(client, &sql::sendable_hosts(), &args)?
+        plan_cache::read(client, &sql::sendable_hosts(), &args)?
             .map(|r| {
                 Ok(Host {
                     host: r.get(1)?.unwrap_or_default(),
@@ -540,7 +542,7 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
 /// `indexnow_push_now()` holds the pass lock.
 fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Claimed)> {
     if matches!(session, Session::Worker { .. }) {
-        let free: Option<bool> = kept::get_one(&sql::try_pass_lock_shared(), &[])
+        let free: Option<bool> = plan_cache::get_one(&sql::try_pass_lock_shared(), &[])
             .unwrap_or_else(|e| error!("indexnow: could not try the pass lock: {e}"));
         if free != Some(true) {
             return None;
@@ -556,7 +558,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     };
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
-        for r in kept::write(client, &query, &args)? {
+        for r in plan_cache::write(client, &query, &args)? {
             c.url_hash.push(r.get(1)?.unwrap_or_default());
             c.url.push(r.get(2)?.unwrap_or_default());
             c.reason.push(r.get(3)?.unwrap_or_default());
@@ -717,7 +719,7 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
     let recorded = Spi::connect_mut(|client| {
         let mut found = std::collections::HashSet::new();
         let by_tid = sql::settle(settle, Locate::ByTid);
-        for r in kept::write(client, &by_tid, &with_answer(claimed.args()))? {
+        for r in plan_cache::write(client, &by_tid, &with_answer(claimed.args()))? {
             found.insert(r.get::<Vec<u8>>(1)?.unwrap_or_default());
         }
         if found.len() < claimed.len() {
@@ -730,10 +732,10 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
             let mut moved = claimed.clone();
             moved.retain(&keep);
             let by_key = sql::settle(settle, Locate::ByKey);
-            kept::write(client, &by_key, &with_answer(moved.args()))?;
+            plan_cache::write(client, &by_key, &with_answer(moved.args()))?;
         }
         if let Some((scope, pause)) = pause {
-            kept::write(
+            plan_cache::write(
                 client,
                 sql::PAUSE,
                 &[
@@ -745,7 +747,7 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
             )?;
         }
         let note = (!note.is_empty()).then_some(note);
-        kept::write(
+        plan_cache::write(
             client,
             sql::RECORD,
             &[
@@ -794,7 +796,7 @@ fn prune(settings: &Settings) {
 /// instead of passing every 50 ms while that lasts.
 pub fn sleep_before_next_pass(naptime: Duration, sent: bool) -> Duration {
     let args = Settings::now().claim_args(now());
-    let wait: Option<f64> = kept::get_one(&sql::seconds_to_next_due(), &args)
+    let wait: Option<f64> = plan_cache::get_one(&sql::seconds_to_next_due(), &args)
         .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
         Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),

@@ -348,7 +348,7 @@ fn idle_activity(enabled: bool) -> String {
     if !enabled {
         return "indexnow: idle, indexnow.enabled is off (queueing goes on)".into();
     }
-    let paused: Option<String> = crate::kept::get_one(
+    let paused: Option<String> = crate::plan_cache::get_one(
         "SELECT 'paused until ' || max(until)::text || ' (' || string_agg(DISTINCT \
                 CASE scope WHEN '*' THEN 'all hosts' ELSE scope END, ', ') || ')' \
            FROM indexnow_backoff WHERE until > pg_catalog.clock_timestamp()",
@@ -365,7 +365,7 @@ fn idle_activity(enabled: bool) -> String {
 /// installed in this database (any more).
 fn use_extension_schema() -> bool {
     // A read (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
-    let set: Option<String> = crate::kept::get_one(
+    let set: Option<String> = crate::plan_cache::get_one(
         "SELECT pg_catalog.set_config('search_path', \
                 'pg_catalog, ' || pg_catalog.quote_ident(n.nspname), false) \
            FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \

@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 pub fn given_by_database_and_role() -> String {
     // SAFETY: this backend's database and session user.
     let (database, role) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetSessionUserId()) };
-    crate::kept::get_one::<String>(
+    crate::plan_cache::get_one::<String>(
         "SELECT coalesce(pg_catalog.string_agg( \
                     s.setdatabase || '/' || s.setrole || ' ' || c, ',' \
                     ORDER BY s.setdatabase, s.setrole, c), '') \

@@ -27,7 +27,7 @@ use super::derive::{self, Rows, Watch};
 use super::statements::{event_keys, record_change_set};
 use super::{partitions, related};
 use crate::queue::Reason;
-use crate::{kept, wake};
+use crate::{plan_cache, wake};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -194,12 +194,12 @@ fn capture_own_rows(
         (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
     let keys = with_transition_tables(data, |client| {
         if in_statement {
-            return kept::write(client, &event_keys(&key, sources), &[])?
+            return plan_cache::write(client, &event_keys(&key, sources), &[])?
                 .first()
                 .get_one::<JsonB>();
         }
         if event == Event::Truncate {
-            kept::write(
+            plan_cache::write(
                 client,
                 // (once per transaction: a TRUNCATE of a partitioned table fires the triggers of
                 // the table and of every partition)
@@ -215,7 +215,7 @@ fn capture_own_rows(
         } else {
             let sql = record_change_set(ext, &key, sources);
             if rows <= KEEP_PLAN_ROWS {
-                kept::write(client, &sql, &[relid.into(), ids.clone().into()])?;
+                plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
             } else {
                 client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
             }
