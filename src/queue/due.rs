@@ -15,12 +15,12 @@
 //! cases through both forms.
 
 // The Rust form is the executable statement of the rule that the SQL form is tested against: only
-// the tests call it.
-#![allow(dead_code)]
+// the tests call it, so it is built for them alone.
 
 use std::time::Duration;
 
 /// A point in time in microseconds, as Postgres keeps `timestamptz`.
+#[cfg(any(test, feature = "pg_test"))]
 pub type Micros = i64;
 
 /// The three settings the rule depends on.
@@ -32,6 +32,7 @@ pub struct DueRule {
 }
 
 /// The columns of an `indexnow_urls` row that the rule reads.
+#[cfg(any(test, feature = "pg_test"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuedUrl {
     pub changed_at: Micros,
@@ -42,6 +43,7 @@ pub struct QueuedUrl {
     pub settled_seq: i64,
 }
 
+#[cfg(test)]
 impl QueuedUrl {
     pub fn pending(&self) -> bool {
         self.request_seq > self.settled_seq
@@ -53,6 +55,7 @@ impl QueuedUrl {
     }
 }
 
+#[cfg(test)]
 impl DueRule {
     /// The first moment the URL is due, or `None` while no request is pending.
     pub fn due_at(&self, u: &QueuedUrl) -> Option<Micros> {
@@ -75,7 +78,9 @@ impl DueRule {
     pub fn is_due(&self, u: &QueuedUrl, now: Micros) -> bool {
         self.due_at(u).is_some_and(|due| due <= now)
     }
+}
 
+impl DueRule {
     /// The arguments `$2, $3, $4` of [`DUE_SQL`] and [`DUE_AT_SQL`], in seconds.
     pub fn sql_args(&self) -> [f64; 3] {
         [
@@ -86,6 +91,7 @@ impl DueRule {
     }
 }
 
+#[cfg(test)]
 fn micros(d: Duration) -> Micros {
     d.as_micros() as Micros
 }
