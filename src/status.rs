@@ -8,6 +8,25 @@ use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
 use pgrx::prelude::*;
 
+/// One row of `indexnow_status()`, as its columns are named.
+#[derive(Default)]
+struct HostStatus {
+    host: Option<String>,
+    has_key: bool,
+    enabled: bool,
+    pending: i64,
+    due_now: i64,
+    failed: i64,
+    next_due_at: Option<TimestampWithTimeZone>,
+    last_push_at: Option<TimestampWithTimeZone>,
+    last_status: Option<i32>,
+    backoff_until: Option<TimestampWithTimeZone>,
+    held: Option<String>,
+    worker: String,
+    oldest_due_age: Option<Interval>,
+    dry_run: bool,
+}
+
 type StatusRow = (
     Option<String>,
     bool,
@@ -25,9 +44,32 @@ type StatusRow = (
     bool,
 );
 
+impl HostStatus {
+    /// In the order of the function's columns.
+    fn into_row(self) -> StatusRow {
+        (
+            self.host,
+            self.has_key,
+            self.enabled,
+            self.pending,
+            self.due_now,
+            self.failed,
+            self.next_due_at,
+            self.last_push_at,
+            self.last_status,
+            self.backoff_until,
+            self.held,
+            self.worker,
+            self.oldest_due_age,
+            self.dry_run,
+        )
+    }
+}
+
 /// Why nothing goes out for a host (`h`, its `indexnow_hosts` row, NULL when it has no key; `n`,
 /// its name) however long one waits: a SQL text expression, NULL when it can send. `$5` is whether
-/// `indexnow.enabled` is on for the database's workers (`crate::worker::sending_for_status`). (A pause is not here: it ends by itself, `backoff_until` shows it.)
+/// `indexnow.enabled` is on for the database's workers (`crate::worker::sending_for_status`).
+/// (A pause is not here: it ends by itself, and `backoff_until` shows it.)
 fn held_sql() -> String {
     let copy = crate::hosts::held_as_copy_sql();
     format!(
@@ -109,15 +151,15 @@ fn indexnow_status() -> TableIterator<
                LEFT JOIN failed f USING (host)) \
          SELECT s.host, s.has_key, s.enabled, s.pending, s.due_now, s.failed, \
                 CASE WHEN s.held IS NULL AND s.first_due_at IS NOT NULL \
-                     THEN greatest(s.first_due_at, s.backoff_until) END, \
-                lp.pushed_at, lp.status, s.backoff_until, s.held, \
-                CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END \
+                     THEN greatest(s.first_due_at, s.backoff_until) END AS next_due_at, \
+                lp.pushed_at AS last_push_at, lp.status AS last_status, s.backoff_until, s.held, \
+                CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END AS oldest_due_age \
            FROM hosts s \
            LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM indexnow_pushes x \
                                WHERE x.host = s.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true \
           ORDER BY s.host"
     );
-    let rows: Vec<StatusRow> = Spi::connect(|client| {
+    let rows: Vec<HostStatus> = Spi::connect(|client| {
         let args = [
             now().into(),
             debounce.into(),
@@ -128,33 +170,36 @@ fn indexnow_status() -> TableIterator<
         ];
         crate::plan_cache::read(client, &sql, &args)?
             .map(|r| {
-                Ok((
-                    r.get::<String>(1)?,
-                    r.get::<bool>(2)?.unwrap_or(false),
-                    r.get::<bool>(3)?.unwrap_or(false),
-                    r.get::<i64>(4)?.unwrap_or(0),
-                    r.get::<i64>(5)?.unwrap_or(0),
-                    r.get::<i64>(6)?.unwrap_or(0),
-                    r.get::<TimestampWithTimeZone>(7)?,
-                    r.get::<TimestampWithTimeZone>(8)?,
-                    r.get::<i32>(9)?,
-                    r.get::<TimestampWithTimeZone>(10)?,
-                    r.get::<String>(11)?,
-                    worker.clone(),
-                    r.get::<Interval>(12)?,
+                Ok(HostStatus {
+                    host: r.get_by_name("host")?,
+                    has_key: r.get_by_name("has_key")?.unwrap_or(false),
+                    enabled: r.get_by_name("enabled")?.unwrap_or(false),
+                    pending: r.get_by_name("pending")?.unwrap_or(0),
+                    due_now: r.get_by_name("due_now")?.unwrap_or(0),
+                    failed: r.get_by_name("failed")?.unwrap_or(0),
+                    next_due_at: r.get_by_name("next_due_at")?,
+                    last_push_at: r.get_by_name("last_push_at")?,
+                    last_status: r.get_by_name("last_status")?,
+                    backoff_until: r.get_by_name("backoff_until")?,
+                    held: r.get_by_name("held")?,
+                    worker: worker.clone(),
+                    oldest_due_age: r.get_by_name("oldest_due_age")?,
                     dry_run,
-                ))
+                })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: status query failed: {e}"));
     let rows = if rows.is_empty() {
         // No host and nothing queued yet: still one row, so the worker's state can be seen.
-        vec![(
-            None, false, false, 0, 0, 0, None, None, None, None, None, worker, None, dry_run,
-        )]
+        vec![HostStatus {
+            worker,
+            dry_run,
+            ..Default::default()
+        }]
     } else {
         rows
     };
+    let rows: Vec<StatusRow> = rows.into_iter().map(HostStatus::into_row).collect();
     TableIterator::new(rows)
 }
