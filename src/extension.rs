@@ -6,6 +6,13 @@ use pgrx::prelude::*;
 
 /// The schema the extension is installed in, quoted. A read (no transaction id).
 pub fn schema() -> String {
+    installed_schema()
+        .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"))
+}
+
+/// The schema the extension is installed in, quoted, or `None` when this database has no
+/// `indexnow` extension (a worker's database may lose it).
+pub fn installed_schema() -> Option<String> {
     let name: Option<String> = crate::plan_cache::get_one(
         "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
@@ -13,10 +20,7 @@ pub fn schema() -> String {
         &[],
     )
     .unwrap_or_else(|e| error!("indexnow: finding the extension's schema: {e}"));
-    quote_ident(
-        &name
-            .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database")),
-    )
+    name.map(|n| quote_ident(&n))
 }
 
 /// The same schema, found without a query: the schema of one of the extension's own functions

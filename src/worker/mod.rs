@@ -364,16 +364,16 @@ fn idle_activity(enabled: bool) -> String {
 /// Points this worker's search_path at the extension's schema; `false` when the extension is not
 /// installed in this database (any more).
 fn use_extension_schema() -> bool {
-    // A read (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
-    let set: Option<String> = crate::plan_cache::get_one(
-        "SELECT pg_catalog.set_config('search_path', \
-                'pg_catalog, ' || pg_catalog.quote_ident(n.nspname), false) \
-           FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
-          WHERE e.extname = 'indexnow'",
-        &[],
+    let Some(schema) = crate::extension::installed_schema() else {
+        return false;
+    };
+    // Reads (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
+    crate::plan_cache::get_one::<String>(
+        "SELECT pg_catalog.set_config('search_path', $1, false)",
+        &[format!("pg_catalog, {schema}").into()],
     )
-    .unwrap_or(None);
-    set.is_some()
+    .unwrap_or_else(|e| error!("indexnow: setting the worker's search_path: {e}"));
+    true
 }
 
 #[cfg(test)]
