@@ -186,6 +186,88 @@ fn indexnow_watch(
     let ext = crate::extension::schema();
     let oid = tbl.oid();
     drop(tbl);
+    let given = Given {
+        url,
+        url_sql,
+        visible,
+        ignore,
+        publish_at,
+        hidden_reason,
+    };
+    // As the caller: every argument checked against the table, with the caller's rights.
+    let checked = check(&ext, caller, oid, &given);
+    // The extension's part, as its owner.
+    owner::as_extension_owner(&ext.clone(), || {
+        // What the table's writes recorded so far is derived under the watches they were made for.
+        derive::derive_all_change_sets(&ext);
+        let (watch_id, previous) = store(&ext, &checked, &given);
+        let definition = WatchDefinition {
+            watch_id,
+            ext: ext.clone(),
+            table: checked.table.qualified.clone(),
+            key: checked.table.key.clone(),
+            public: checked.public.clone(),
+            url: checked.source,
+            visible: visible.map(str::to_string),
+            publish_at: checked.publish,
+            hidden_reason: checked.hidden_reason,
+        };
+        let sql = definition.statements();
+        store_statements(&ext, watch_id, &sql);
+        install_triggers(&ext, caller, oid, &checked.table, watch_id, related);
+        let watch = derive::Watch {
+            id: watch_id,
+            pattern: checked.pattern,
+            table: checked.table.qualified.clone(),
+            derive_keys: sql.derive_keys,
+            derive_all: sql.derive_all,
+            ignore: checked.ignore,
+            ext: ext.clone(),
+        };
+        let label = &checked.table.label;
+        if previous.is_some() {
+            // Watched before: every row against what the watch derived then.
+            derive::derive(&watch, Rows::All, Reason::Gone)
+                .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
+        } else {
+            record_baseline(&ext, watch, sql.baseline, sql.baseline_keys, label);
+        }
+    });
+}
+
+/// `indexnow_watch()`'s arguments as given.
+struct Given<'a> {
+    url: Option<&'a str>,
+    url_sql: Option<&'a str>,
+    visible: Option<&'a str>,
+    ignore: Option<Vec<String>>,
+    publish_at: Option<&'a str>,
+    hidden_reason: &'a str,
+}
+
+/// A watch's arguments checked against its table, and what they mean.
+struct Checked {
+    table: Table,
+    /// The template or url_sql: what names the watch.
+    pattern: String,
+    source: UrlSource,
+    /// The ignored columns the table has.
+    ignore: Vec<String>,
+    /// The columns whose change is a content change.
+    public: Vec<String>,
+    publish: Option<PublishAt>,
+    hidden_reason: Reason,
+    /// The caller's search_path, resolved, for the watch's expressions.
+    search_path: String,
+    /// The caller's TimeZone, for a publish_at without time zone.
+    time_zone: String,
+    /// The role that made the watch: its SQL runs with this role's rights.
+    maker: String,
+}
+
+/// Checks every argument against the table, as the caller (its rights, its search_path), and
+/// refuses with an error naming the problem.
+fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Checked {
     let table = describe(oid);
     let label = &table.label;
     check_trigger_privilege(caller, oid, label, "indexnow_watch");
@@ -203,37 +285,10 @@ fn indexnow_watch(
              columns must be of built-in types (or domains over them)"
         ));
     }
-    let (pattern, source) = match (url, url_sql) {
-        (Some(t), None) => {
-            let parts = template::parse(t).unwrap_or_else(|e| watch_error(e));
-            if let Some(c) = template::columns(&parts).find(|c| !has_column(c)) {
-                watch_error(format!(
-                    "url template {} names column \"{c}\", which {label} does not have",
-                    shown(t)
-                ));
-            }
-            if let Some(problem) = template::literal_problem(&parts) {
-                watch_error(format!("url template {} {problem}", shown(t)));
-            }
-            (t.to_string(), UrlSource::Template(parts))
-        }
-        (None, Some(sql)) => {
-            let ty = expression_type(&ext, &table, sql, "url_sql");
-            if ty != "text" && ty != "character varying" {
-                watch_error(format!(
-                    "url_sql must be a text expression over {label}; {sql:?} is {ty}"
-                ));
-            }
-            (sql.to_string(), UrlSource::Sql(sql.to_string()))
-        }
-        (Some(_), Some(_)) => watch_error("give url or url_sql, not both".into()),
-        (None, None) => {
-            watch_error("give the URL: url => 'https://host/path/{column}', or url_sql".into())
-        }
-    };
+    let (pattern, source) = checked_url(ext, &table, given);
     // The default list names created_at and updated_at, which many tables lack: those two may be
     // absent; any other unknown name is a mistake worth an error.
-    let mut ignore = ignore.unwrap_or_default();
+    let mut ignore = given.ignore.clone().unwrap_or_default();
     if let Some(c) = ignore
         .iter()
         .find(|c| !has_column(c) && !DEFAULT_IGNORE.contains(&c.as_str()))
@@ -250,8 +305,8 @@ fn indexnow_watch(
             ));
         }
     }
-    if let Some(v) = visible {
-        let ty = expression_type(&ext, &table, v, "visible");
+    if let Some(v) = given.visible {
+        let ty = expression_type(ext, &table, v, "visible");
         if ty != "boolean" {
             watch_error(format!(
                 "visible must be a boolean expression over {label}; {v:?} is {ty}"
@@ -264,44 +319,11 @@ fn indexnow_watch(
     )
     .unwrap_or_else(|| "UTC".into());
     // publish_at names a column, or is an expression over the row (a parent's column).
-    let publish = publish_at.map(|c| {
-        let (sql, ty) = match table.columns.iter().find(|(name, _)| name == c) {
-            Some((_, ty)) => {
-                if ignore.iter().any(|i| i == c) {
-                    watch_error(format!(
-                        "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
-                    ));
-                }
-                let ty = match *ty {
-                    pg_sys::TIMESTAMPTZOID => "timestamp with time zone",
-                    pg_sys::TIMESTAMPOID => "timestamp without time zone",
-                    pg_sys::DATEOID => "date",
-                    _ => watch_error(format!(
-                        "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
-                    )),
-                };
-                (format!("r.{}", quote_ident(c)), ty.to_string())
-            }
-            None if c.chars().all(|ch| ch.is_alphanumeric() || ch == '_') => watch_error(format!(
-                "publish_at names column \"{c}\", which {label} does not have"
-            )),
-            None => (format!("({c})"), expression_type(&ext, &table, c, "publish_at")),
-        };
-        let kind = match ty.as_str() {
-            "timestamp with time zone" => TimeKind::WithZone,
-            "timestamp without time zone" => TimeKind::WithoutZone,
-            "date" => TimeKind::Date,
-            _ => watch_error(format!(
-                "publish_at must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
-            )),
-        };
-        PublishAt {
-            sql,
-            kind,
-            time_zone: time_zone.clone(),
-        }
-    });
-    let hidden_reason: Reason = hidden_reason
+    let publish = given
+        .publish_at
+        .map(|c| checked_publish_at(ext, &table, &ignore, c, &time_zone));
+    let hidden_reason: Reason = given
+        .hidden_reason
         .parse()
         .unwrap_or_else(|e: UnknownReason| watch_error(e.to_string()));
     if !hidden_reason.is_removal() {
@@ -341,161 +363,258 @@ fn indexnow_watch(
     )
     .unwrap_or_else(|| error!("indexnow_watch: the calling role has no name"));
 
-    // The extension's part, as its owner: the caller's rights are checked above.
-    owner::as_extension_owner(&ext.clone(), || {
-        // What the table's writes recorded so far is derived under the watches they were made for.
-        derive::derive_all_change_sets(&ext);
-        // The same table and pattern watched before (active, or unwatched with its sources kept):
-        // it is this watch now, and keeps what it derived.
-        let previous: Option<i32> = first_or_none(
-            &format!(
-                "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
-                  ORDER BY active DESC, id DESC LIMIT 1"
-            ),
-            &[table.qualified.as_str().into(), pattern.as_str().into()],
-        );
-        let args = || -> Vec<pgrx::datum::DatumWithOid> {
-            vec![
-                table.qualified.as_str().into(),
-                url.into(),
-                url_sql.into(),
-                visible.into(),
-                ignore.clone().into(),
-                publish_at.into(),
-                hidden_reason.as_str().into(),
-                search_path.as_str().into(),
-                time_zone.as_str().into(),
-                maker.as_str().into(),
-            ]
-        };
-        let watch_id: i32 = match previous {
-            Some(id) => {
-                let mut args = args();
-                args.push(id.into());
-                spi(
-                    "storing the watch",
-                    Spi::run_with_args(
-                        &format!(
-                            "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
-                               url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
-                               hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
-                               active = true \
-                             WHERE id = $11"
-                        ),
-                        &args,
-                    ),
-                );
-                id
+    Checked {
+        table,
+        pattern,
+        source,
+        ignore,
+        public,
+        publish,
+        hidden_reason,
+        search_path,
+        time_zone,
+        maker,
+    }
+}
+
+/// The URL: a template whose columns the table has and whose literal text is a URL, or a
+/// `url_sql` expression of type text. Returns the pattern (what names the watch) and the source.
+fn checked_url(ext: &str, table: &Table, given: &Given) -> (String, UrlSource) {
+    let label = &table.label;
+    let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
+    match (given.url, given.url_sql) {
+        (Some(t), None) => {
+            let parts = template::parse(t).unwrap_or_else(|e| watch_error(e));
+            if let Some(c) = template::columns(&parts).find(|c| !has_column(c)) {
+                watch_error(format!(
+                    "url template {} names column \"{c}\", which {label} does not have",
+                    shown(t)
+                ));
             }
-            None => spi(
-                "storing the watch",
-                Spi::get_one_with_args(
-                    &format!(
-                        "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                           publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
-                           derive_all) \
-                         VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
-                         RETURNING id"
-                    ),
-                    &args(),
-                ),
-            )
-            .unwrap(),
-        };
-        let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
-        let definition = WatchDefinition {
-            watch_id,
-            ext: ext.clone(),
-            table: table.qualified.clone(),
-            key: table.key.clone(),
-            public,
-            url: source,
-            visible: visible.map(str::to_string),
-            publish_at: publish,
-            hidden_reason,
-        };
-        let sql = definition.statements();
-        spi(
-            "storing the watch",
-            Spi::run_with_args(
-                &format!(
-                    "UPDATE {ext}.indexnow_watches \
-                        SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
-                      WHERE id = $1"
-                ),
-                &[
-                    watch_id.into(),
-                    sql.derive_keys.as_str().into(),
-                    sql.derive_all.as_str().into(),
-                    sql.rows_keys.as_str().into(),
-                    sql.rows_all.as_str().into(),
-                ],
-            ),
-        );
-        let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
-            .unwrap_or_else(|e| watch_error(e));
-        for r in &relations {
-            check_trigger_privilege(caller, r.table, &r.label, "indexnow_watch: related");
+            if let Some(problem) = template::literal_problem(&parts) {
+                watch_error(format!("url template {} {problem}", shown(t)));
+            }
+            (t.to_string(), UrlSource::Template(parts))
         }
+        (None, Some(sql)) => {
+            let ty = expression_type(ext, table, sql, "url_sql");
+            if ty != "text" && ty != "character varying" {
+                watch_error(format!(
+                    "url_sql must be a text expression over {label}; {sql:?} is {ty}"
+                ));
+            }
+            (sql.to_string(), UrlSource::Sql(sql.to_string()))
+        }
+        (Some(_), Some(_)) => watch_error("give url or url_sql, not both".into()),
+        (None, None) => {
+            watch_error("give the URL: url => 'https://host/path/{column}', or url_sql".into())
+        }
+    }
+}
+
+/// `publish_at`: a column of the table (not ignored: a reschedule must be seen) or an expression
+/// over the row, of a timestamp type; read in `time_zone` when it has none.
+fn checked_publish_at(
+    ext: &str,
+    table: &Table,
+    ignore: &[String],
+    c: &str,
+    time_zone: &str,
+) -> PublishAt {
+    let label = &table.label;
+    let (sql, ty) = match table.columns.iter().find(|(name, _)| name == c) {
+        Some((_, ty)) => {
+            if ignore.iter().any(|i| i == c) {
+                watch_error(format!(
+                    "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
+                ));
+            }
+            let ty = match *ty {
+                pg_sys::TIMESTAMPTZOID => "timestamp with time zone",
+                pg_sys::TIMESTAMPOID => "timestamp without time zone",
+                pg_sys::DATEOID => "date",
+                _ => watch_error(format!(
+                    "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
+                )),
+            };
+            (format!("r.{}", quote_ident(c)), ty.to_string())
+        }
+        None if c.chars().all(|ch| ch.is_alphanumeric() || ch == '_') => watch_error(format!(
+            "publish_at names column \"{c}\", which {label} does not have"
+        )),
+        None => (
+            format!("({c})"),
+            expression_type(ext, table, c, "publish_at"),
+        ),
+    };
+    let kind = match ty.as_str() {
+        "timestamp with time zone" => TimeKind::WithZone,
+        "timestamp without time zone" => TimeKind::WithoutZone,
+        "date" => TimeKind::Date,
+        _ => watch_error(format!(
+            "publish_at must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
+        )),
+    };
+    PublishAt {
+        sql,
+        kind,
+        time_zone: time_zone.to_string(),
+    }
+}
+
+/// Stores the watch: the row of the same table and pattern watched before (active, or unwatched
+/// with its sources kept) becomes this watch and keeps what it derived; otherwise a new row.
+/// Returns its id, and the previous one's when there was one.
+fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
+    // The same table and pattern watched before (active, or unwatched with its sources kept):
+    // it is this watch now, and keeps what it derived.
+    let previous: Option<i32> = first_or_none(
+        &format!(
+            "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
+              ORDER BY active DESC, id DESC LIMIT 1"
+        ),
+        &[
+            checked.table.qualified.as_str().into(),
+            checked.pattern.as_str().into(),
+        ],
+    );
+    let args = || -> Vec<pgrx::datum::DatumWithOid> {
+        vec![
+            checked.table.qualified.as_str().into(),
+            given.url.into(),
+            given.url_sql.into(),
+            given.visible.into(),
+            checked.ignore.clone().into(),
+            given.publish_at.into(),
+            checked.hidden_reason.as_str().into(),
+            checked.search_path.as_str().into(),
+            checked.time_zone.as_str().into(),
+            checked.maker.as_str().into(),
+        ]
+    };
+    let watch_id: i32 = match previous {
+        Some(id) => {
+            let mut args = args();
+            args.push(id.into());
+            spi(
+                "storing the watch",
+                Spi::run_with_args(
+                    &format!(
+                        "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
+                           url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
+                           hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
+                           active = true \
+                         WHERE id = $11"
+                    ),
+                    &args,
+                ),
+            );
+            id
+        }
+        None => spi(
+            "storing the watch",
+            Spi::get_one_with_args(
+                &format!(
+                    "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
+                       publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
+                       derive_all) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
+                     RETURNING id"
+                ),
+                &args(),
+            ),
+        )
+        .unwrap(),
+    };
+    (watch_id, previous)
+}
+
+/// Stores the statements generated for the watch.
+fn store_statements(ext: &str, watch_id: i32, sql: &super::statements::Statements) {
+    spi(
+        "storing the watch",
+        Spi::run_with_args(
+            &format!(
+                "UPDATE {ext}.indexnow_watches \
+                    SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
+                  WHERE id = $1"
+            ),
+            &[
+                watch_id.into(),
+                sql.derive_keys.as_str().into(),
+                sql.derive_all.as_str().into(),
+                sql.rows_keys.as_str().into(),
+                sql.rows_all.as_str().into(),
+            ],
+        ),
+    );
+}
+
+/// Stores the watch's related tables (checking the caller may put triggers on them) and puts the
+/// capture triggers on the table, its partitions and children, and the related tables.
+fn install_triggers(
+    ext: &str,
+    caller: pg_sys::Oid,
+    oid: pg_sys::Oid,
+    table: &Table,
+    watch_id: i32,
+    related: Option<Vec<String>>,
+) {
+    let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
+    let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
+        .unwrap_or_else(|e| watch_error(e));
+    for r in &relations {
+        check_trigger_privilege(caller, r.table, &r.label, "indexnow_watch: related");
+    }
+    spi(
+        "storing the watch's related tables",
+        Spi::run_with_args(
+            &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
+            &[watch_id.into()],
+        ),
+    );
+    for r in &relations {
         spi(
             "storing the watch's related tables",
             Spi::run_with_args(
-                &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
-                &[watch_id.into()],
+                &format!(
+                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
+                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
+                ),
+                &[
+                    watch_id.into(),
+                    r.table.into(),
+                    r.dependents.as_str().into(),
+                ],
             ),
         );
-        for r in &relations {
-            spi(
-                "storing the watch's related tables",
-                Spi::run_with_args(
-                    &format!(
-                        "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
-                         VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
-                    ),
-                    &[
-                        watch_id.into(),
-                        r.table.into(),
-                        r.dependents.as_str().into(),
-                    ],
-                ),
-            );
-            triggers::install(&ext, &triggers::table_qualified(r.table));
-        }
-        triggers::install(&ext, &table.qualified);
-        for d in super::partitions::descendants(oid) {
-            triggers::install(&ext, &triggers::table_qualified(d));
-        }
-        let watch = derive::Watch {
-            id: watch_id,
-            pattern,
-            table: table.qualified.clone(),
-            derive_keys: sql.derive_keys,
-            derive_all: sql.derive_all,
-            ignore,
-            ext: ext.clone(),
-        };
-        if previous.is_some() {
-            derive::derive(&watch, Rows::All, Reason::Gone)
-                .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
-        } else {
-            // The baseline runs as a derivation does (a row that fails is skipped alone).
-            let baseline = derive::Watch {
-                derive_keys: sql.baseline_keys,
-                derive_all: sql.baseline,
-                ..watch
-            };
-            derive::derive(&baseline, Rows::All, Reason::Gone)
-                .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
-            // The baseline may have written many rows: give the planner their statistics now
-            // rather than at autovacuum's next look.
-            spi(
-                "analyzing the queue",
-                Spi::run(&format!(
-                    "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
-                )),
-            );
-        }
-    });
+        triggers::install(ext, &triggers::table_qualified(r.table));
+    }
+    triggers::install(ext, &table.qualified);
+    for d in super::partitions::descendants(oid) {
+        triggers::install(ext, &triggers::table_qualified(d));
+    }
+}
+
+/// A new watch's baseline: the rows public now recorded as known to search engines (not
+/// announced), scheduled ones queued for their time. It runs as a derivation does (a row that
+/// fails is skipped alone).
+fn record_baseline(ext: &str, watch: derive::Watch, all: String, keys: String, label: &str) {
+    let baseline = derive::Watch {
+        derive_keys: keys,
+        derive_all: all,
+        ..watch
+    };
+    derive::derive(&baseline, Rows::All, Reason::Gone)
+        .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
+    // The baseline may have written many rows: give the planner their statistics now rather
+    // than at autovacuum's next look.
+    spi(
+        "analyzing the queue",
+        Spi::run(&format!(
+            "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
+        )),
+    );
 }
 
 /// Stop watching `tbl` for the pattern `url` (a template or url_sql as given to indexnow_watch),
