@@ -123,6 +123,77 @@ struct Started {
     generation: u64,
 }
 
+/// What the launcher keeps between its looks at the databases.
+#[derive(Default)]
+struct Launcher {
+    /// The workers it started, by (database, sender number).
+    running: HashMap<(u32, u32), Started>,
+    /// Databases left alone (no extension, or being dropped): the generation to wait past, and
+    /// since when.
+    left_alone: HashMap<u32, (u64, Instant)>,
+}
+
+impl Launcher {
+    /// Forgets the workers that exited. A database whose worker exited because it has no
+    /// extension is left alone until the next `CREATE EXTENSION` (one committed after that worker
+    /// started may have come too late for it to see); a database being dropped waits for one
+    /// committed from now on.
+    fn forget_exited_workers(&mut self, generation: u64) {
+        let left_alone = &mut self.left_alone;
+        self.running
+            .retain(|&(db, _), started| match started.handle.pid() {
+                Ok(_) => true,
+                Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
+                Err(_) => {
+                    match registry::exit_reason(db) {
+                        Some(State::NoExtension) => {
+                            left_alone.insert(db, (started.generation, Instant::now()));
+                        }
+                        Some(State::Stopped) => {
+                            left_alone.insert(db, (generation, Instant::now()));
+                        }
+                        _ => {}
+                    }
+                    false
+                }
+            });
+    }
+
+    /// Starts the workers each database lacks (`indexnow.workers_per_database` of them), but in
+    /// databases left alone; stops at the first that finds no free background worker slot.
+    fn start_missing_workers(&mut self, generation: u64) {
+        let senders = guc::WORKERS_PER_DATABASE.get() as u32;
+        for db in databases() {
+            if let Some((seen, at)) = self.left_alone.get(&db) {
+                if *seen == generation && at.elapsed() < LEAVE_ALONE_FOR {
+                    continue;
+                }
+            }
+            self.left_alone.remove(&db);
+            for sender in 0..senders {
+                // (a worker started by an earlier launcher process, which exited with an ERROR
+                // and was restarted, is still serving: starting another would only see it exit)
+                if self.running.contains_key(&(db, sender)) || registry::serves(db, sender) {
+                    continue;
+                }
+                match start_worker(db, sender) {
+                    Some(handle) => {
+                        self.running
+                            .insert((db, sender), Started { handle, generation });
+                    }
+                    None => {
+                        warning!(
+                            "indexnow: could not start a worker for database {db}: no free \
+                             background worker slot (raise max_worker_processes)"
+                        );
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
@@ -131,62 +202,14 @@ pub extern "C-unwind" fn indexnow_launcher_main(_arg: pg_sys::Datum) {
     registry::set_launcher();
     log!("indexnow launcher started");
 
-    let mut running: HashMap<(u32, u32), Started> = HashMap::new();
-    // Databases left alone (no extension, or being dropped): the generation to wait past, and
-    // since when.
-    let mut left_alone: HashMap<u32, (u64, Instant)> = HashMap::new();
+    let mut launcher = Launcher::default();
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         let generation = registry::generation();
-        running.retain(|&(db, _), started| match started.handle.pid() {
-            Ok(_) => true,
-            Err(pgrx::bgworkers::BackgroundWorkerStatus::NotYetStarted) => true,
-            Err(_) => {
-                // Left alone until the next CREATE EXTENSION: one committed after this worker
-                // started may have come too late for it to see; a database being dropped waits
-                // for one committed from now on.
-                match registry::exit_reason(db) {
-                    Some(State::NoExtension) => {
-                        left_alone.insert(db, (started.generation, Instant::now()));
-                    }
-                    Some(State::Stopped) => {
-                        left_alone.insert(db, (generation, Instant::now()));
-                    }
-                    _ => {}
-                }
-                false
-            }
-        });
-        let senders = guc::WORKERS_PER_DATABASE.get() as u32;
-        'databases: for db in databases() {
-            if let Some((seen, at)) = left_alone.get(&db) {
-                if *seen == generation && at.elapsed() < LEAVE_ALONE_FOR {
-                    continue;
-                }
-            }
-            left_alone.remove(&db);
-            for sender in 0..senders {
-                // (a worker started by an earlier launcher process, which exited with an ERROR
-                // and was restarted, is still serving: starting another would only see it exit)
-                if running.contains_key(&(db, sender)) || registry::serves(db, sender) {
-                    continue;
-                }
-                match start_worker(db, sender) {
-                    Some(handle) => {
-                        running.insert((db, sender), Started { handle, generation });
-                    }
-                    None => {
-                        warning!(
-                            "indexnow: could not start a worker for database {db}: no free \
-                             background worker slot (raise max_worker_processes)"
-                        );
-                        break 'databases;
-                    }
-                }
-            }
-        }
+        launcher.forget_exited_workers(generation);
+        launcher.start_missing_workers(generation);
         if !BackgroundWorker::wait_latch(Some(LAUNCHER_NAP)) {
             break;
         }
