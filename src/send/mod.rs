@@ -586,7 +586,38 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
 /// derivation changed is taken out of the batch. Costs a derivation only for batches holding
 /// such pages: a page queued as live when it was saved is not re-read.
 fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed) -> Claimed {
-    let scheduled: Vec<Vec<u8>> = claimed
+    let scheduled = scheduled_live(&claimed);
+    if scheduled.is_empty() {
+        return claimed;
+    }
+    let ext = crate::extension::schema();
+    // Our own lease would read as a push in flight (a removal owed): not while we re-read.
+    let lease = |hashes: Vec<Vec<u8>>, until: Option<f64>| {
+        Spi::run_with_args(&sql::lease_again(), &[hashes.into(), until.into()])
+            .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
+    };
+    let worker = matches!(session, Session::Worker { .. });
+    if worker {
+        lease(scheduled.clone(), None);
+    }
+    derive_rows_of(&ext, &scheduled);
+    let unchanged = still_as_claimed(&claimed, &scheduled);
+    if worker {
+        lease(unchanged.iter().cloned().collect(), Some(settings.lease()));
+    }
+    let keep: Vec<bool> = claimed
+        .url_hash
+        .iter()
+        .map(|h| !scheduled.contains(h) || unchanged.contains(h))
+        .collect();
+    claimed.retain(&keep);
+    claimed
+}
+
+/// The claimed URLs to re-read: queued for a publication time, as live pages (a removal is sent
+/// as it is).
+fn scheduled_live(claimed: &Claimed) -> Vec<Vec<u8>> {
+    claimed
         .url_hash
         .iter()
         .zip(&claimed.reason)
@@ -595,25 +626,14 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
             **scheduled && reason.parse::<Reason>().is_ok_and(|r| !r.is_removal())
         })
         .map(|((hash, _), _)| hash.clone())
-        .collect();
-    if scheduled.is_empty() {
-        return claimed;
-    }
-    let ext = crate::extension::schema();
-    // Our own lease would read as a push in flight (a removal owed): not while we re-read.
-    let lease = |until: Option<f64>| {
-        Spi::run_with_args(
-            &sql::lease_again(),
-            &[scheduled.clone().into(), until.into()],
-        )
-        .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
-    };
-    if matches!(session, Session::Worker { .. }) {
-        lease(None);
-    }
+        .collect()
+}
+
+/// Derives again, as a save does, the rows that gave these URLs (their sources).
+fn derive_rows_of(ext: &str, url_hashes: &[Vec<u8>]) {
     let sources: Vec<(i32, pgrx::JsonB)> = Spi::connect(|client| {
         client
-            .select(&sql::sources_of(&ext), None, &[scheduled.clone().into()])?
+            .select(&sql::sources_of(ext), None, &[url_hashes.to_vec().into()])?
             .map(|r| {
                 Ok((
                     r.get::<i32>(1)?.unwrap_or_default(),
@@ -624,7 +644,7 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
     })
     .unwrap_or_else(|e| error!("indexnow: could not find the rows of scheduled pages: {e}"));
     let ids = sources.iter().map(|(id, _)| *id).collect();
-    for watch in derive::watches_by_id(&ext, ids) {
+    for watch in derive::watches_by_id(ext, ids) {
         for (_, keys) in sources.iter().filter(|(id, _)| *id == watch.id) {
             derive::derive(&watch, Rows::Keyed(keys.0.clone()), Reason::Gone).unwrap_or_else(|e| {
                 error!(
@@ -634,36 +654,28 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
             });
         }
     }
-    // Still as claimed: the same request, pending, and its time has come.
+}
+
+/// Of `url_hashes` (claimed), those whose row is still as claimed: the same request, pending,
+/// and its time has come.
+fn still_as_claimed(
+    claimed: &Claimed,
+    url_hashes: &[Vec<u8>],
+) -> std::collections::HashSet<Vec<u8>> {
     let (hashes, seqs): (Vec<Vec<u8>>, Vec<i64>) = claimed
         .url_hash
         .iter()
         .zip(&claimed.request_seq)
-        .filter(|(h, _)| scheduled.contains(h))
+        .filter(|(h, _)| url_hashes.contains(h))
         .map(|(h, s)| (h.clone(), *s))
         .unzip();
-    let unchanged: std::collections::HashSet<Vec<u8>> = Spi::connect(|client| {
+    Spi::connect(|client| {
         client
             .select(sql::STILL_AS_CLAIMED, None, &[hashes.into(), seqs.into()])?
             .map(|r| Ok(r.get::<Vec<u8>>(1)?.unwrap_or_default()))
             .collect::<Result<_, pgrx::spi::Error>>()
     })
-    .unwrap_or_else(|e| error!("indexnow: could not read re-read pages: {e}"));
-    if matches!(session, Session::Worker { .. }) {
-        let kept: Vec<Vec<u8>> = unchanged.iter().cloned().collect();
-        Spi::run_with_args(
-            &sql::lease_again(),
-            &[kept.into(), Some(settings.lease()).into()],
-        )
-        .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"));
-    }
-    let keep: Vec<bool> = claimed
-        .url_hash
-        .iter()
-        .map(|h| !scheduled.contains(h) || unchanged.contains(h))
-        .collect();
-    claimed.retain(&keep);
-    claimed
+    .unwrap_or_else(|e| error!("indexnow: could not read re-read pages: {e}"))
 }
 
 /// How often recording an answer is tried when it fails for a passing reason.
