@@ -559,17 +559,20 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     let claimed = Spi::connect_mut(|client| {
         let mut c = Claimed::default();
         for r in plan_cache::write(client, &query, &args)? {
-            c.url_hash.push(r.get(1)?.unwrap_or_default());
-            c.url.push(r.get(2)?.unwrap_or_default());
-            c.reason.push(r.get(3)?.unwrap_or_default());
+            c.url_hash
+                .push(r.get_by_name("url_hash")?.unwrap_or_default());
+            c.url.push(r.get_by_name("url")?.unwrap_or_default());
+            c.reason.push(r.get_by_name("reason")?.unwrap_or_default());
             c.changed_at.push(
-                r.get(4)?
+                r.get_by_name("changed_at")?
                     .unwrap_or_else(|| error!("indexnow: no changed_at")),
             );
-            c.request_seq.push(r.get(5)?.unwrap_or_default());
-            c.watch_id.push(r.get(6)?);
-            c.ctid.push(r.get(7)?.unwrap_or_default());
-            c.scheduled.push(r.get(8)?.unwrap_or_default());
+            c.request_seq
+                .push(r.get_by_name("request_seq")?.unwrap_or_default());
+            c.watch_id.push(r.get_by_name("watch_id")?);
+            c.ctid.push(r.get_by_name("ctid")?.unwrap_or_default());
+            c.scheduled
+                .push(r.get_by_name("scheduled")?.unwrap_or_default());
         }
         Ok::<_, pgrx::spi::Error>(c)
     })

@@ -93,12 +93,12 @@ fn due_of_host(columns: &str, and: &str, lock: &str) -> String {
     )
 }
 
-/// What a claim returns, in this order: see `super::Claimed`. The row's `ctid` lets the
+/// What a claim returns, read by name into `super::Claimed`. The row's `ctid` lets the
 /// statements that settle it find it without an index lookup per row. A request queued for a
 /// publication time has `available_at` later than `queued_at` (both are the request's `now()`
 /// otherwise).
 const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, watch_id, \
-     ctid::text, available_at > queued_at";
+     ctid::text AS ctid, available_at > queued_at AS scheduled";
 
 /// A worker's claim: lock the rows, skipping those another sender holds, and lease them for
 /// `$8` seconds, in a transaction committed before any HTTP request. (The locked rows are found
