@@ -39,15 +39,27 @@ pub fn at_home_sql() -> String {
     )
 }
 
-/// Why a host's URLs are held in this database because it is a copy, for `indexnow_status()`: a
-/// SQL text expression over `h`, NULL when the host is at home.
-pub fn held_as_copy_sql() -> String {
+/// The hold rule, in the one place it is written: why nothing goes out for a host however long
+/// one waits — no key, switched off, sending off, or a copy's — as a SQL text expression over `h`
+/// (its `indexnow_hosts` row, all NULL when it has no key) and `name` (its name); NULL when the
+/// host may send. `sending_on` is a SQL boolean: whether `indexnow.enabled` is on.
+/// `indexnow_status().held` shows it; a pass sends only for hosts where it is NULL. (A pause is
+/// not a hold: it ends by itself.)
+pub fn held_sql(name: &str, sending_on: &str) -> String {
     format!(
-        "CASE WHEN h.host IS NOT NULL AND NOT {} THEN \
-           'this database is a copy (the key was added in database ' || h.home_database \
-           || ' of system ' || h.home_system || '): nothing is sent for this host until \
-           SELECT indexnow_confirm_copy() is run here' END",
-        at_home_sql()
+        "CASE WHEN h.host IS NULL THEN \
+                'no key: nothing is sent for this host until SELECT indexnow_add_host(' \
+                || pg_catalog.quote_literal({name}) || ', <key>) is run' \
+              WHEN NOT h.enabled THEN \
+                'disabled: nothing is sent for this host until SELECT indexnow_enable_host(' \
+                || pg_catalog.quote_literal({name}) || ') is run' \
+              WHEN NOT {sending_on} THEN \
+                'indexnow.enabled is off: nothing is sent from this database' \
+              WHEN NOT {at_home} THEN \
+                'this database is a copy (the key was added in database ' || h.home_database \
+                || ' of system ' || h.home_system || '): nothing is sent for this host until \
+                SELECT indexnow_confirm_copy() is run here' END",
+        at_home = at_home_sql()
     )
 }
 

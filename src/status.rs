@@ -66,24 +66,6 @@ impl HostStatus {
     }
 }
 
-/// Why nothing goes out for a host (`h`, its `indexnow_hosts` row, NULL when it has no key; `n`,
-/// its name) however long one waits: a SQL text expression, NULL when it can send. `$5` is whether
-/// `indexnow.enabled` is on for the database's workers (`crate::worker::sending_for_status`).
-/// (A pause is not here: it ends by itself, and `backoff_until` shows it.)
-fn held_sql() -> String {
-    let copy = crate::hosts::held_as_copy_sql();
-    format!(
-        "CASE WHEN h.host IS NULL THEN \
-                'no key: nothing is sent for this host until SELECT indexnow_add_host(' \
-                || pg_catalog.quote_literal(n.host) || ', <key>) is run' \
-              WHEN NOT h.enabled THEN \
-                'disabled: nothing is sent for this host until SELECT indexnow_enable_host(' \
-                || pg_catalog.quote_literal(n.host) || ') is run' \
-              WHEN NOT $5 THEN 'indexnow.enabled is off: nothing is sent from this database' \
-              ELSE {copy} END"
-    )
-}
-
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn indexnow_status() -> TableIterator<
@@ -119,7 +101,8 @@ fn indexnow_status() -> TableIterator<
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
-    let held = held_sql();
+    // `$5`: whether `indexnow.enabled` is on for the database's workers.
+    let held = crate::hosts::held_sql("n.host", "$5");
     let paused = crate::send::sql::paused_until("n.host");
     // In a dry run, what a dry run has decided on is not due again (the sender skips it).
     let undecided = crate::send::sql::undecided(6);

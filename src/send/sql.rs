@@ -62,13 +62,13 @@ pub fn sendable_hosts() -> String {
     )
 }
 
-/// A host (`h`, a row of `indexnow_hosts`) that may be sent for now: enabled, at home in this
-/// database (not a copy's: `crate::hosts`), and neither all sending nor this host paused. (A host
-/// with no row has no key: it may not.)
+/// A host (`h`, a row of `indexnow_hosts`) that may be sent for now: not held (`crate::hosts`:
+/// switched off, a copy's; a pass runs only while sending is on) and neither all sending nor
+/// this host paused.
 fn host_may_send() -> String {
     format!(
-        "h.enabled AND {} AND {} IS NULL",
-        crate::hosts::at_home_sql(),
+        "{} IS NULL AND {} IS NULL",
+        crate::hosts::held_sql("h.host", "true"),
         paused_until("h.host")
     )
 }
