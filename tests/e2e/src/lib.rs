@@ -365,6 +365,18 @@ pub fn release_library(version: &str) -> PathBuf {
     library
 }
 
+/// Every URL the receiver was sent, sorted (a URL sent twice is there twice).
+pub fn sent_urls(receiver: &indexnow_receiver::Receiver) -> Vec<String> {
+    let mut urls: Vec<String> = receiver
+        .received()
+        .iter()
+        .filter_map(|r| r.request.as_ref())
+        .flat_map(|r| r.url_list.clone())
+        .collect();
+    urls.sort();
+    urls
+}
+
 /// The one bigint a query returns.
 pub fn count(db: &mut Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).unwrap().get(0)

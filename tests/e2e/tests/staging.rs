@@ -5,7 +5,7 @@
 //! physical standby goes on sending: `nothing_is_sent_on_a_hot_standby_until_promotion` in
 //! sending.rs.)
 
-use indexnow_e2e::{count, sending_conf, wait_until, Cluster, Options};
+use indexnow_e2e::{count, sending_conf, sent_urls, wait_until, Cluster, Options};
 use indexnow_receiver::Receiver;
 use std::time::Duration;
 
@@ -22,17 +22,6 @@ fn cluster(receiver: &Receiver) -> Cluster {
         preload: true,
         conf: sending_conf(&receiver.endpoint(), &[]),
     })
-}
-
-fn sent_urls(receiver: &Receiver) -> Vec<String> {
-    let mut urls: Vec<String> = receiver
-        .received()
-        .iter()
-        .filter_map(|r| r.request.as_ref())
-        .flat_map(|r| r.url_list.clone())
-        .collect();
-    urls.sort();
-    urls
 }
 
 fn queue(db: &mut postgres::Client, path: &str) {

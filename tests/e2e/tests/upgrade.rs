@@ -6,7 +6,8 @@
 //! it), and the extension's catalog equals a fresh install's.
 
 use indexnow_e2e::{
-    count, release_library, sending_conf, wait_until, wait_until_settled, Cluster, Options,
+    count, release_library, sending_conf, sent_urls, wait_until, wait_until_settled, Cluster,
+    Options,
 };
 use indexnow_receiver::Receiver;
 use postgres::Client;
@@ -18,17 +19,6 @@ const CURRENT: &str = "0.2.0";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
-
-fn sent_urls(receiver: &Receiver) -> Vec<String> {
-    let mut urls: Vec<String> = receiver
-        .received()
-        .iter()
-        .filter_map(|r| r.request.as_ref())
-        .flat_map(|r| r.url_list.clone())
-        .collect();
-    urls.sort();
-    urls
-}
 
 fn url(slug: &str) -> String {
     format!("https://{HOST}/{slug}")
