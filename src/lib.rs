@@ -42,7 +42,7 @@
 //! - `send/mod.rs`         one sending pass: claim, POST, record, log; pauses ending
 //! - `send/sql.rs`         the statements of a pass
 //! - `send/push_now.rs`    `indexnow_push_now()`
-//! - `status.rs`           `indexnow_status()`
+//! - `status.rs`           `indexnow_status()`; its query is `status.sql`
 //! - `worker/mod.rs`       the launcher and the per-database workers
 //! - `worker/settings.rs`  database and role settings followed by a running worker
 //! - `worker/ddl.rs`       getting out of the way of DROP DATABASE and its kind

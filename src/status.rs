@@ -108,40 +108,20 @@ fn indexnow_status() -> TableIterator<
     let undecided = crate::send::sql::undecided(6);
     // due_now: what a sender may take now — due, and not in a sender's hands (a live lease).
     let claimable = crate::send::sql::claimable_with_dry_run_in(6);
-    // next_due_at: when a URL can really go out — its due time, or the end of a pause if later;
-    // none while the host is held. oldest_due_age: how long the URL due the longest has waited.
-    let sql = format!(
-        "WITH pending AS ( \
-             SELECT host, count(*) AS pending, \
-                    count(*) FILTER (WHERE {DUE_SQL} AND {claimable}) AS due_now, \
-                    min({DUE_AT_SQL}) FILTER (WHERE {undecided}) AS first_due_at \
-               FROM indexnow_urls WHERE {PENDING_SQL} GROUP BY host), \
-         failed AS ( \
-             SELECT host, count(*) AS failed FROM indexnow_urls \
-              WHERE {FAILED_SQL} GROUP BY host), \
-         names AS ( \
-             SELECT host FROM indexnow_hosts UNION SELECT host FROM pending \
-             UNION SELECT host FROM failed), \
-         hosts AS ( \
-             SELECT n.host, h.key IS NOT NULL AS has_key, coalesce(h.enabled, false) AS enabled, \
-                    coalesce(p.pending, 0) AS pending, coalesce(p.due_now, 0) AS due_now, \
-                    coalesce(f.failed, 0) AS failed, p.first_due_at, \
-                    {paused} AS backoff_until, \
-                    {held} AS held \
-               FROM names n \
-               LEFT JOIN indexnow_hosts h USING (host) \
-               LEFT JOIN pending p USING (host) \
-               LEFT JOIN failed f USING (host)) \
-         SELECT s.host, s.has_key, s.enabled, s.pending, s.due_now, s.failed, \
-                CASE WHEN s.held IS NULL AND s.first_due_at IS NOT NULL \
-                     THEN greatest(s.first_due_at, s.backoff_until) END AS next_due_at, \
-                lp.pushed_at AS last_push_at, lp.status AS last_status, s.backoff_until, s.held, \
-                CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END AS oldest_due_age \
-           FROM hosts s \
-           LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM indexnow_pushes x \
-                               WHERE x.host = s.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true \
-          ORDER BY s.host"
-    );
+    // The query is in status.sql; its comments say what each {name} is, and are left out.
+    let sql = include_str!("status.sql")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("{pending}", PENDING_SQL)
+        .replace("{due}", DUE_SQL)
+        .replace("{due_at}", DUE_AT_SQL)
+        .replace("{failed}", FAILED_SQL)
+        .replace("{claimable}", &claimable)
+        .replace("{undecided}", &undecided)
+        .replace("{paused}", &paused)
+        .replace("{held}", &held);
     let rows: Vec<HostStatus> = Spi::connect(|client| {
         let args = [
             now().into(),

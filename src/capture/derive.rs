@@ -392,8 +392,9 @@ fn table_row_key(table: &str) -> String {
 fn warn(watch: &Watch, message: String) {
     ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, message, "indexnow")
         .set_hint(format!(
-            "The write itself succeeded. Fix the watch with indexnow_watch() (which catches up by \
-             itself), or the rows, then run indexnow_reconcile('{}').",
+            "Only these rows were skipped; a write that caused this succeeded. Fix the watch with \
+             indexnow_watch() (which catches up by itself), or the rows, then run \
+             indexnow_reconcile('{}').",
             watch.table.replace('\'', "''")
         ))
         .report(PgLogLevel::WARNING);

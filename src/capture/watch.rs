@@ -325,7 +325,10 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     let hidden_reason: Reason = given
         .hidden_reason
         .parse()
-        .unwrap_or_else(|e: UnknownReason| watch_error(e.to_string()));
+        .unwrap_or_else(|e: UnknownReason| {
+            // (its text starts "indexnow: ", which watch_error's prefix replaces)
+            watch_error(e.to_string().trim_start_matches("indexnow: ").to_string())
+        });
     if !hidden_reason.is_removal() {
         let removals: Vec<&str> = Reason::ALL
             .iter()

@@ -128,7 +128,10 @@ fn a_failing_watch_warns_and_the_write_succeeds() {
     // The generated SQL is not repeated in the message.
     assert!(!out.contains("WITH k AS"), "{out}");
     assert!(
-        out.contains("HINT:  The write itself succeeded. Fix the watch with indexnow_watch()"),
+        out.contains(
+            "HINT:  Only these rows were skipped; a write that caused this succeeded. Fix the watch \
+             with indexnow_watch()"
+        ),
         "{out}"
     );
 }
