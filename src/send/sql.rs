@@ -23,12 +23,10 @@ pub fn try_pass_lock_shared() -> String {
     format!("SELECT pg_try_advisory_xact_lock_shared({PASS_LOCK})")
 }
 
-/// In a dry run (`$5`), a request a dry run has already decided on is not decided again.
-const UNDECIDED_SQL: &str = "(NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)";
-
-/// [`UNDECIDED_SQL`] with the dry-run flag in parameter `$n` (for `indexnow_status()`).
+/// In a dry run (the flag in parameter `$n`: `$5` in a pass's statements), a request a dry run
+/// has already decided on is not decided again.
 pub fn undecided(n: u8) -> String {
-    UNDECIDED_SQL.replace("$5", &format!("${n}"))
+    format!("(NOT ${n} OR dry_run_seq IS DISTINCT FROM request_seq)")
 }
 
 /// A row a sender may take now, besides being due: no other sender holds a live lease on it, and
@@ -233,6 +231,7 @@ pub const PRUNE: &str =
 /// held backlog was read in full at every wake-up (measured: 0.3 s with 1,000,000 held URLs,
 /// most of it JIT compilation).
 pub fn seconds_to_next_due() -> String {
+    let undecided = undecided(5);
     let host_may_send = host_may_send();
     // Host by host through the pending index: as `host IN (...)` the planner (which takes a third
     // of the queue to be pending) read the whole pending index instead, 260 ms with a million
@@ -243,7 +242,7 @@ pub fn seconds_to_next_due() -> String {
           CROSS JOIN LATERAL ( \
                 SELECT min(greatest({DUE_AT_SQL}, claimed_until)) AS next_at \
                   FROM indexnow_urls \
-                 WHERE host = h.host AND {PENDING_SQL} AND {UNDECIDED_SQL}) n \
+                 WHERE host = h.host AND {PENDING_SQL} AND {undecided}) n \
           WHERE {host_may_send}"
     )
 }

@@ -64,13 +64,9 @@ pub fn register_at_preload() {
         .load();
 }
 
-pub fn preloaded() -> bool {
-    registry::preloaded()
-}
-
 /// The `worker` column of `indexnow_status()`.
 pub fn state_for_status() -> String {
-    if !preloaded() {
+    if !registry::preloaded() {
         return "not running: indexnow is not in shared_preload_libraries".to_string();
     }
     if unsafe { pg_sys::RecoveryInProgress() } {
