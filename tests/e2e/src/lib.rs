@@ -330,10 +330,12 @@ impl Drop for Cluster {
     }
 }
 
-/// The library (`indexnow.so`) of an earlier release, built from its git tag (`v<version>`) into
-/// `target/v<version>/` the first time it is asked for. [`Cluster::use_library`] makes a cluster
-/// load it instead of the installed one; the release's install script is in the server's
-/// extension folder already (`sql/indexnow--<version>.sql`, installed by scripts/install.sh).
+/// The library (`indexnow.so`) of an earlier release, built from its source archive
+/// (`releases/indexnow-<version>.tar.gz`, kept in the repository so that the test needs no git
+/// history or tags) into `target/v<version>/` the first time it is asked for.
+/// [`Cluster::use_library`] makes a cluster load it instead of the installed one; the release's
+/// install script is in the server's extension folder already (`sql/indexnow--<version>.sql`,
+/// installed by scripts/install.sh).
 pub fn release_library(version: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap();
@@ -343,15 +345,22 @@ pub fn release_library(version: &str) -> PathBuf {
     if library.exists() {
         return library;
     }
+    let archive = root.join(format!("releases/indexnow-{version}.tar.gz"));
+    assert!(
+        archive.exists(),
+        "no source archive of release {version}: {} (docs/releases.md, step 9)",
+        archive.display()
+    );
     let source = base.join("src");
     let _ = std::fs::remove_dir_all(&source);
     std::fs::create_dir_all(&source).unwrap();
     run(
-        "git archive",
-        Command::new("sh").current_dir(&root).arg("-c").arg(format!(
-            "git archive v{version} | tar -x -C {}",
-            source.display()
-        )),
+        &format!("unpacking release {version}"),
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&source),
     );
     run(
         &format!("cargo build of release {version}"),
