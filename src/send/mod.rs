@@ -141,55 +141,62 @@ struct Host {
     key_location: Option<String>,
 }
 
-/// What a claim took: the requests it will settle, exactly as they were when claimed.
-#[derive(Default, Clone)]
-struct Claimed {
-    url_hash: Vec<Vec<u8>>,
-    url: Vec<String>,
-    reason: Vec<String>,
-    changed_at: Vec<TimestampWithTimeZone>,
-    request_seq: Vec<i64>,
-    watch_id: Vec<Option<i32>>,
-    ctid: Vec<String>,
+/// One claimed request, exactly as it was when claimed: what settling it must find unchanged.
+#[derive(Clone)]
+struct ClaimedUrl {
+    url_hash: Vec<u8>,
+    url: String,
+    reason: String,
+    changed_at: TimestampWithTimeZone,
+    request_seq: i64,
+    ctid: String,
     /// Queued for a publication time (`available_at` later than the request): re-read before
     /// it is sent, see [`reread_scheduled`].
-    scheduled: Vec<bool>,
+    scheduled: bool,
 }
 
-impl Claimed {
-    fn len(&self) -> usize {
-        self.url.len()
+impl ClaimedUrl {
+    /// A row of the claim statements (`sql::CLAIMED_COLUMNS`), read by name.
+    fn read(r: &pgrx::spi::SpiHeapTupleData) -> Result<ClaimedUrl, pgrx::spi::Error> {
+        Ok(ClaimedUrl {
+            url_hash: r.get_by_name("url_hash")?.unwrap_or_default(),
+            url: r.get_by_name("url")?.unwrap_or_default(),
+            reason: r.get_by_name("reason")?.unwrap_or_default(),
+            changed_at: r
+                .get_by_name("changed_at")?
+                .unwrap_or_else(|| error!("indexnow: no changed_at")),
+            request_seq: r.get_by_name("request_seq")?.unwrap_or_default(),
+            ctid: r.get_by_name("ctid")?.unwrap_or_default(),
+            scheduled: r.get_by_name("scheduled")?.unwrap_or_default(),
+        })
     }
 
-    /// Keeps the rows whose `keep` is true.
-    fn retain(&mut self, keep: &[bool]) {
-        fn filter<T>(v: &mut Vec<T>, keep: &[bool]) {
-            let mut i = 0;
-            v.retain(|_| {
-                i += 1;
-                keep[i - 1]
-            });
-        }
-        filter(&mut self.url_hash, keep);
-        filter(&mut self.url, keep);
-        filter(&mut self.reason, keep);
-        filter(&mut self.changed_at, keep);
-        filter(&mut self.request_seq, keep);
-        filter(&mut self.watch_id, keep);
-        filter(&mut self.ctid, keep);
-        filter(&mut self.scheduled, keep);
+    /// A live page queued for a publication time: re-read before it is sent (a removal is sent
+    /// as it is).
+    fn is_scheduled_live(&self) -> bool {
+        self.scheduled && self.reason.parse::<Reason>().is_ok_and(|r| !r.is_removal())
     }
+}
 
-    /// `$1`..`$5` of the settle statements.
-    fn args(&self) -> Vec<DatumWithOid<'static>> {
-        vec![
-            self.url_hash.clone().into(),
-            self.changed_at.clone().into(),
-            self.request_seq.clone().into(),
-            self.reason.clone().into(),
-            self.ctid.clone().into(),
-        ]
+/// What a claim took: the requests it will settle.
+type Claimed = Vec<ClaimedUrl>;
+
+/// `$1`..`$5` of the settle statements: the claimed rows as the arrays they `unnest`.
+fn settle_args<'a>(urls: impl Iterator<Item = &'a ClaimedUrl>) -> Vec<DatumWithOid<'static>> {
+    let urls: Vec<&ClaimedUrl> = urls.collect();
+    fn array<T>(urls: &[&ClaimedUrl], field: impl Fn(&ClaimedUrl) -> T) -> DatumWithOid<'static>
+    where
+        Vec<T>: Into<DatumWithOid<'static>>,
+    {
+        urls.iter().map(|u| field(u)).collect::<Vec<T>>().into()
     }
+    vec![
+        array(&urls, |u| u.url_hash.clone()),
+        array(&urls, |u| u.changed_at),
+        array(&urls, |u| u.request_seq),
+        array(&urls, |u| u.reason.clone()),
+        array(&urls, |u| u.ctid.clone()),
+    ]
 }
 
 /// What one pass did for one host: the result row of `indexnow_push_now()`.
@@ -262,7 +269,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
             if taken == 0 {
                 break;
             }
-            if claimed.len() == 0 {
+            if claimed.is_empty() {
                 continue; // the whole batch was scheduled pages the re-read took out
             }
             let claim_took = claim_started.elapsed();
@@ -313,7 +320,7 @@ fn push(
             host: host.host.clone(),
             key: host.key.clone(),
             key_location: host.key_location.clone(),
-            url_list: claimed.url.clone(),
+            url_list: claimed.iter().map(|u| u.url.clone()).collect(),
         };
         session.report_activity(&format!(
             "indexnow: sending {} URLs to {}",
@@ -557,24 +564,9 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
         Session::PushNow => sql::claim_by_reading(crate::queue::own_requests_in_this_transaction()),
     };
     let claimed = Spi::connect_mut(|client| {
-        let mut c = Claimed::default();
-        for r in plan_cache::write(client, &query, &args)? {
-            c.url_hash
-                .push(r.get_by_name("url_hash")?.unwrap_or_default());
-            c.url.push(r.get_by_name("url")?.unwrap_or_default());
-            c.reason.push(r.get_by_name("reason")?.unwrap_or_default());
-            c.changed_at.push(
-                r.get_by_name("changed_at")?
-                    .unwrap_or_else(|| error!("indexnow: no changed_at")),
-            );
-            c.request_seq
-                .push(r.get_by_name("request_seq")?.unwrap_or_default());
-            c.watch_id.push(r.get_by_name("watch_id")?);
-            c.ctid.push(r.get_by_name("ctid")?.unwrap_or_default());
-            c.scheduled
-                .push(r.get_by_name("scheduled")?.unwrap_or_default());
-        }
-        Ok::<_, pgrx::spi::Error>(c)
+        plan_cache::write(client, &query, &args)?
+            .map(|r| ClaimedUrl::read(&r))
+            .collect::<Result<Claimed, _>>()
     })
     .unwrap_or_else(|e| error!("indexnow: could not claim due URLs of {host}: {e}"));
     let taken = claimed.len();
@@ -608,27 +600,16 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
     if worker {
         lease(unchanged.iter().cloned().collect(), Some(settings.lease()));
     }
-    let keep: Vec<bool> = claimed
-        .url_hash
-        .iter()
-        .map(|h| !scheduled.contains(h) || unchanged.contains(h))
-        .collect();
-    claimed.retain(&keep);
+    claimed.retain(|u| !scheduled.contains(&u.url_hash) || unchanged.contains(&u.url_hash));
     claimed
 }
 
-/// The claimed URLs to re-read: queued for a publication time, as live pages (a removal is sent
-/// as it is).
+/// The claimed URLs to re-read: live pages queued for a publication time.
 fn scheduled_live(claimed: &Claimed) -> Vec<Vec<u8>> {
     claimed
-        .url_hash
         .iter()
-        .zip(&claimed.reason)
-        .zip(&claimed.scheduled)
-        .filter(|((_, reason), scheduled)| {
-            **scheduled && reason.parse::<Reason>().is_ok_and(|r| !r.is_removal())
-        })
-        .map(|((hash, _), _)| hash.clone())
+        .filter(|u| u.is_scheduled_live())
+        .map(|u| u.url_hash.clone())
         .collect()
 }
 
@@ -666,11 +647,9 @@ fn still_as_claimed(
     url_hashes: &[Vec<u8>],
 ) -> std::collections::HashSet<Vec<u8>> {
     let (hashes, seqs): (Vec<Vec<u8>>, Vec<i64>) = claimed
-        .url_hash
         .iter()
-        .zip(&claimed.request_seq)
-        .filter(|(h, _)| url_hashes.contains(h))
-        .map(|(h, s)| (h.clone(), *s))
+        .filter(|u| url_hashes.contains(&u.url_hash))
+        .map(|u| (u.url_hash.clone(), u.request_seq))
         .unzip();
     Spi::connect(|client| {
         client
@@ -734,20 +713,14 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
     let recorded = Spi::connect_mut(|client| {
         let mut found = std::collections::HashSet::new();
         let by_tid = sql::settle(settle, Locate::ByTid);
-        for r in plan_cache::write(client, &by_tid, &with_answer(claimed.args()))? {
+        for r in plan_cache::write(client, &by_tid, &with_answer(settle_args(claimed.iter())))? {
             found.insert(r.get::<Vec<u8>>(1)?.unwrap_or_default());
         }
         if found.len() < claimed.len() {
             // rows saved again since the claim moved: find them by key
-            let keep: Vec<bool> = claimed
-                .url_hash
-                .iter()
-                .map(|h| !found.contains(h))
-                .collect();
-            let mut moved = claimed.clone();
-            moved.retain(&keep);
+            let moved = claimed.iter().filter(|u| !found.contains(&u.url_hash));
             let by_key = sql::settle(settle, Locate::ByKey);
-            plan_cache::write(client, &by_key, &with_answer(moved.args()))?;
+            plan_cache::write(client, &by_key, &with_answer(settle_args(moved)))?;
         }
         if let Some((scope, pause)) = pause {
             plan_cache::write(

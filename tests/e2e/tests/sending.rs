@@ -174,125 +174,85 @@ fn two_hosts_get_separate_posts_and_a_host_without_a_key_is_held() {
     );
 }
 
+/// What becomes of a case's URL.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ends {
+    /// Settled and pushed.
+    Pushed,
+    /// Settled as failed, with the answer's status and note.
+    Failed,
+    /// Still due (a pause holds it).
+    Held,
+}
+
+/// The scope a case's answer pauses.
+#[derive(Clone, Copy)]
+enum Paused {
+    /// Every host (`*`), for this many seconds.
+    All(f64),
+    /// The case's host alone, for this many seconds.
+    Host(f64),
+}
+
 /// One answer class: what the endpoint says, and what must follow.
 struct Case {
     what: &'static str,
     reply: Reply,
+    /// Settings of the calling session for this case.
     session: &'static str,
-    /// `pushed`, `failed` or `held`
-    url_ends: &'static str,
+    ends: Ends,
+    /// The status `indexnow_pushes` records (0: no answer).
     pushes_status: i32,
     note_has: &'static str,
-    /// the scope paused (`*` or the case's host) and the pause's length in seconds
-    pause: Option<(&'static str, f64)>,
+    pause: Option<Paused>,
+}
+
+fn case(
+    what: &'static str,
+    reply: Reply,
+    ends: Ends,
+    pushes_status: i32,
+    note_has: &'static str,
+    pause: Option<Paused>,
+) -> Case {
+    Case {
+        what,
+        reply,
+        session: "",
+        ends,
+        pushes_status,
+        note_has,
+        pause,
+    }
 }
 
 #[test]
 fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
+    use Ends::*;
+    use Paused::*;
     let receiver = receiver();
     // The worker is off: the cases run through indexnow_push_now(), one at a time.
     let cluster = cluster(&receiver, &["indexnow.enabled = off"]);
     let mut db = cluster.create_db_with_extension("site");
-    let hang = Reply::Hang { hang_ms: 3_000 };
+    let verification = r#"{"code":"SiteVerificationNotCompleted"}"#;
+    #[rustfmt::skip]
     let cases = vec![
+        case("200", ok(), Pushed, 200, "", None),
+        case("202", status(202, None, ""), Pushed, 202, "", None),
+        case("400", status(400, None, "Invalid format"), Failed, 400, "Invalid format", None),
+        case("403", status(403, None, "key not valid"), Failed, 403, "key not valid", None),
+        case("422", status(422, None, "URLs do not belong to the host"), Failed, 422, "do not belong", None),
+        case("403 SiteVerificationNotCompleted", status(403, None, verification), Held, 403, "SiteVerificationNotCompleted", Some(Host(900.0))),
+        case("429 with Retry-After", status(429, Some("120"), ""), Held, 429, "429", Some(All(120.0))),
+        case("429 without Retry-After", status(429, None, ""), Held, 429, "429", Some(All(3600.0))),
+        case("500", status(500, None, "oops"), Held, 500, "oops", Some(All(900.0))),
         Case {
-            what: "200",
-            reply: ok(),
-            session: "",
-            url_ends: "pushed",
-            pushes_status: 200,
-            note_has: "",
-            pause: None,
-        },
-        Case {
-            what: "202",
-            reply: status(202, None, ""),
-            session: "",
-            url_ends: "pushed",
-            pushes_status: 202,
-            note_has: "",
-            pause: None,
-        },
-        Case {
-            what: "400",
-            reply: status(400, None, "Invalid format"),
-            session: "",
-            url_ends: "failed",
-            pushes_status: 400,
-            note_has: "Invalid format",
-            pause: None,
-        },
-        Case {
-            what: "403",
-            reply: status(403, None, "key not valid"),
-            session: "",
-            url_ends: "failed",
-            pushes_status: 403,
-            note_has: "key not valid",
-            pause: None,
-        },
-        Case {
-            what: "422",
-            reply: status(422, None, "URLs do not belong to the host"),
-            session: "",
-            url_ends: "failed",
-            pushes_status: 422,
-            note_has: "do not belong",
-            pause: None,
-        },
-        Case {
-            what: "403 SiteVerificationNotCompleted",
-            reply: status(403, None, r#"{"code":"SiteVerificationNotCompleted"}"#),
-            session: "",
-            url_ends: "held",
-            pushes_status: 403,
-            note_has: "SiteVerificationNotCompleted",
-            pause: Some(("host", 900.0)),
-        },
-        Case {
-            what: "429 with Retry-After",
-            reply: status(429, Some("120"), ""),
-            session: "",
-            url_ends: "held",
-            pushes_status: 429,
-            note_has: "429",
-            pause: Some(("*", 120.0)),
-        },
-        Case {
-            what: "429 without Retry-After",
-            reply: status(429, None, ""),
-            session: "",
-            url_ends: "held",
-            pushes_status: 429,
-            note_has: "429",
-            pause: Some(("*", 3600.0)),
-        },
-        Case {
-            what: "500",
-            reply: status(500, None, "oops"),
-            session: "",
-            url_ends: "held",
-            pushes_status: 500,
-            note_has: "oops",
-            pause: Some(("*", 900.0)),
-        },
-        Case {
-            what: "timeout",
-            reply: hang,
             session: "SET indexnow.http_timeout = '500ms'",
-            url_ends: "held",
-            pushes_status: 0,
-            note_has: "timeout",
-            pause: Some(("*", 900.0)),
+            ..case("timeout", Reply::Hang { hang_ms: 3_000 }, Held, 0, "timeout", Some(All(900.0)))
         },
         Case {
-            what: "refused connection",
-            reply: ok(),
             session: "SET indexnow.endpoint = 'http://127.0.0.1:9/indexnow'",
-            url_ends: "held",
-            pushes_status: 0,
-            note_has: "no connection",
-            pause: Some(("*", 900.0)),
+            ..case("refused connection", ok(), Held, 0, "no connection", Some(All(900.0)))
         },
     ];
     for (i, case) in cases.iter().enumerate() {
@@ -326,15 +286,15 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
             .unwrap();
         let (pending, pushed) = (row.get::<_, bool>(0), row.get::<_, bool>(1));
         let failed_status: Option<i32> = row.get(2);
-        match case.url_ends {
-            "pushed" => assert!(!pending && pushed && failed_status.is_none(), "{what}"),
-            "failed" => {
+        match case.ends {
+            Pushed => assert!(!pending && pushed && failed_status.is_none(), "{what}"),
+            Failed => {
                 assert!(!pending && !pushed, "{what}: settled, not pushed");
                 assert_eq!(failed_status, Some(case.pushes_status), "{what}");
                 let note: String = row.get(3);
                 assert!(note.contains(case.note_has), "{what}: {note}");
             }
-            _ => assert!(
+            Held => assert!(
                 pending && !pushed && failed_status.is_none(),
                 "{what}: still due"
             ),
@@ -360,9 +320,12 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
             .unwrap();
         match case.pause {
             None => assert!(pauses.is_empty(), "{what}: no pause"),
-            Some((scope, secs)) => {
+            Some(Host(secs) | All(secs)) => {
                 assert_eq!(pauses.len(), 1, "{what}");
-                let want_scope = if scope == "host" { host.as_str() } else { "*" };
+                let want_scope = match case.pause {
+                    Some(Host(_)) => host.as_str(),
+                    _ => "*",
+                };
                 assert_eq!(pauses[0].get::<_, String>(0), want_scope, "{what}");
                 let left: f64 = pauses[0].get(1);
                 assert!(left > secs - 10.0 && left <= secs + 1.0, "{what}: {left} s");
@@ -376,10 +339,10 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
                 &[&host],
             )
             .unwrap();
-        let want = match case.url_ends {
-            "pushed" => (0, 0),
-            "failed" => (0, 1),
-            _ => (1, 0),
+        let want = match case.ends {
+            Pushed => (0, 0),
+            Failed => (0, 1),
+            Held => (1, 0),
         };
         assert_eq!(
             (status.get::<_, i64>(0), status.get::<_, i64>(1)),
