@@ -1,12 +1,12 @@
--- indexnow: SQL helpers of capture (the trigger function and its runner are in Rust:
--- src/capture/gate.rs, src/capture/runner.rs).
+-- indexnow: SQL helpers of capture (the trigger function and the derivation are Rust, under
+-- src/capture/).
 
 -- For indexnow_watch(): the type of an expression over a row of tbl, or an ERROR naming the
 -- argument when it is not one expression over one row. Evaluated over one all-NULL row, so it
 -- reads no rows of tbl. The expression is also placed in a WHERE clause, where PostgreSQL
 -- refuses aggregates, window functions and set-returning functions: a derivation evaluates it
 -- once per row, which none of those can be.
-CREATE FUNCTION indexnow_expression_type(tbl text, expr text, what text) RETURNS text
+CREATE FUNCTION _indexnow_expression_type(tbl text, expr text, what text) RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -27,7 +27,7 @@ $$;
 
 -- Partitions and inheritance children that join or leave a watched table's tree after it was
 -- watched (src/capture/partitions.rs). Never fails the DDL it follows: a problem is a WARNING.
-CREATE FUNCTION indexnow_on_ddl() RETURNS event_trigger
+CREATE FUNCTION _indexnow_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
 AS $$
 DECLARE
@@ -36,7 +36,7 @@ BEGIN
     FOR c IN SELECT DISTINCT objid, command_tag FROM pg_catalog.pg_event_trigger_ddl_commands()
               WHERE object_type IN ('table', 'table column') LOOP
         BEGIN
-            PERFORM @extschema@.indexnow_table_changed(c.objid, c.command_tag);
+            PERFORM @extschema@._indexnow_table_changed(c.objid, c.command_tag);
         EXCEPTION WHEN OTHERS THEN
             RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.objid::regclass, SQLERRM;
         END;
@@ -45,4 +45,4 @@ END
 $$;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
-    EXECUTE FUNCTION indexnow_on_ddl();
+    EXECUTE FUNCTION _indexnow_on_ddl();

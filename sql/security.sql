@@ -11,7 +11,7 @@
 --   SELECT indexnow_grant_watching('editor');   -- and indexnow_revoke_watching('editor')
 -- The role may then watch, unwatch and reconcile the tables it has the TRIGGER privilege on (its
 -- own), and a watch's SQL runs with that role's rights (src/capture/owner.rs).
-CREATE FUNCTION indexnow_watching_privilege(role regrole, give boolean) RETURNS void
+CREATE FUNCTION _indexnow_watching_privilege(role regrole, give boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
 AS $$
 BEGIN
@@ -25,9 +25,9 @@ BEGIN
 END
 $$;
 CREATE FUNCTION indexnow_grant_watching(role regrole) RETURNS void
-LANGUAGE sql AS $$ SELECT @extschema@.indexnow_watching_privilege(role, true) $$;
+LANGUAGE sql AS $$ SELECT @extschema@._indexnow_watching_privilege(role, true) $$;
 CREATE FUNCTION indexnow_revoke_watching(role regrole) RETURNS void
-LANGUAGE sql AS $$ SELECT @extschema@.indexnow_watching_privilege(role, false) $$;
+LANGUAGE sql AS $$ SELECT @extschema@._indexnow_watching_privilege(role, false) $$;
 
 REVOKE ALL ON indexnow_hosts, indexnow_urls, indexnow_pushes, indexnow_backoff, indexnow_watches,
     indexnow_changes, indexnow_sources, indexnow_relations FROM PUBLIC;
@@ -40,21 +40,21 @@ REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_revoke_watching(regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_watch_rows(integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_watch_rows(integer, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_unwatch(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_reconcile(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_capture() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_capture_target(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_capture() FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_capture_target(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_table_changed(oid, text) FROM PUBLIC;
--- indexnow_expression_type() stays PUBLIC: it runs as its caller (a watcher's expressions are
+REVOKE ALL ON FUNCTION _indexnow_table_changed(oid, text) FROM PUBLIC;
+-- _indexnow_expression_type() stays PUBLIC: it runs as its caller (a watcher's expressions are
 -- checked with the watcher's rights) and tells only what the caller could find out with a query.
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_wake_launcher_at_commit() FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_wake_launcher_at_commit() FROM PUBLIC;
 
 ALTER FUNCTION indexnow_add_host(text, text, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_set_key_location(text, text) SET search_path = @extschema@, pg_temp;
@@ -72,11 +72,11 @@ ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = @extschema@,
 -- indexnow_watch is not pinned: the watch's expressions are written for the caller's search_path.
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = @extschema@, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_temp;
--- indexnow_watch_rows() (src/capture/owner.rs) runs a watch's SQL as the role that made it, under
+-- _indexnow_watch_rows() (src/capture/owner.rs) runs a watch's SQL as the role that made it, under
 -- the watch's own search_path, which the derivation that calls it has set: not pinned here.
 -- Follows partitions joining or leaving a watched tree (called by the event trigger, as the
--- extension's owner: see indexnow_on_ddl() in capture.sql).
-ALTER FUNCTION indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
+-- extension's owner: see _indexnow_on_ddl() in capture.sql).
+ALTER FUNCTION _indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
 -- Derives the change sets the capture triggers recorded, for whoever may read the queue.
 ALTER FUNCTION indexnow_derive(bigint) SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;
@@ -86,7 +86,7 @@ ALTER FUNCTION indexnow_derive(bigint) SECURITY DEFINER SET search_path = @extsc
 -- which then costs more than the statement (measured, for the earlier statements of this trigger:
 -- 735 ms of compilation for an 834 ms statement over 20,000 rows). The SET clause puts the
 -- caller's search_path back on return.
-ALTER FUNCTION indexnow_capture() SECURITY DEFINER SET search_path = @extschema@, pg_temp
+ALTER FUNCTION _indexnow_capture() SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;
 -- No JIT in a sending pass (as in the worker, see src/worker/mod.rs): short statements whose
 -- estimated cost, over a pending set the planner cannot estimate, can pass jit_above_cost.
@@ -94,7 +94,7 @@ ALTER FUNCTION indexnow_push_now() SECURITY DEFINER SET search_path = @extschema
     SET jit = off;
 
 -- Planner hints: one URL in, at most one row out.
-ALTER FUNCTION indexnow_capture_target(text, boolean) ROWS 1;
+ALTER FUNCTION _indexnow_capture_target(text, boolean) ROWS 1;
 
 -- The launcher starts this database's worker when this CREATE EXTENSION commits.
-SELECT indexnow_wake_launcher_at_commit();
+SELECT _indexnow_wake_launcher_at_commit();

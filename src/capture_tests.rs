@@ -43,27 +43,53 @@ fn run(sql: &str) {
     Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
-/// The spec's site: a pages table watched for a Thai and an English URL.
+/// The demo's site (`tests/pages.sql`): a pages table watched for a Thai and an English URL.
 fn site() {
-    run(
-        "CREATE TABLE pages (id serial PRIMARY KEY, slug text, title text, body text, \
-           title_en text, body_en text, status text NOT NULL DEFAULT 'draft', \
-           noindex boolean NOT NULL DEFAULT false, category text, sort_order int, \
-           is_featured boolean, keywords text, created_at timestamptz DEFAULT now(), \
-           updated_at timestamptz DEFAULT now(), published_at timestamptz)",
-    );
-    run(
-        "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
-           visible => $$status = 'published' AND NOT noindex$$, \
-           ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title_en,body_en}', \
-           publish_at => 'published_at')",
-    );
-    run(
-        "SELECT indexnow_watch('pages', url => 'https://www.example.com/en/{slug}', \
-           visible => $$status = 'published' AND title_en IS NOT NULL$$, \
-           ignore => '{sort_order,is_featured,keywords,created_at,updated_at,title,body}', \
-           hidden_reason => 'untranslated', publish_at => 'published_at')",
-    );
+    run(include_str!("../tests/pages.sql"));
+}
+
+/// The statements a real watch stores are those of the golden test's definition
+/// (`demo_site::pages`, built by hand): reading the table, its key, its columns and the watch's
+/// arguments from the catalog gives exactly what the golden files pin.
+#[pg_test]
+fn a_watch_stores_the_golden_statements() {
+    site();
+    for lang in ["th", "en"] {
+        let id = Spi::get_one::<i32>(&format!(
+            "SELECT id FROM indexnow_watches WHERE pattern LIKE '%/{lang}/%'"
+        ))
+        .unwrap()
+        .unwrap();
+        let want = crate::capture::statements::demo_site::pages(lang, id).statements();
+        let stored = |column: &str| {
+            Spi::get_one::<String>(&format!(
+                "SELECT {column} FROM indexnow_watches WHERE id = {id}"
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        for (column, want) in [
+            ("rows_keys", &want.rows_keys),
+            ("rows_all", &want.rows_all),
+            ("derive_keys", &want.derive_keys),
+            ("derive_all", &want.derive_all),
+        ] {
+            let stored = stored(column);
+            if &stored != want {
+                let at = stored
+                    .chars()
+                    .zip(want.chars())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let around = |s: &str| s.chars().skip(at.saturating_sub(60)).take(160).collect::<String>();
+                panic!(
+                    "{lang}: {column} differs at character {at}:\n stored: {}\n golden: {}",
+                    around(&stored),
+                    around(want)
+                );
+            }
+        }
+    }
 }
 
 fn publish(slug: &str) {

@@ -99,6 +99,21 @@ pub fn require_current_version() {
     }
 }
 
+/// The SQL name of `_indexnow_written_by_this_transaction()` in this database. Between a server's
+/// restart with this library and `ALTER EXTENSION indexnow UPDATE`, a database of 0.2.0 or
+/// earlier still has it under its name of then, and the capture trigger must go on working there.
+pub fn written_by_this_transaction() -> &'static str {
+    let before_0_3 = installed_version().is_some_and(|v| {
+        let parts: Vec<u32> = v.split('.').filter_map(|p| p.parse().ok()).collect();
+        parts < vec![0, 3]
+    });
+    if before_0_3 {
+        "indexnow_written_by_this_transaction"
+    } else {
+        "_indexnow_written_by_this_transaction"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -29,7 +29,7 @@
 //! - `capture/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
 //! - `capture/derive.rs`   runs derivations: pinned settings, a failing row skipped alone, change
 //!   sets derived after commit
-//! - `capture/trigger_function.rs`  `indexnow_capture()`, the trigger function, and the UPDATE gate
+//! - `capture/trigger_function.rs`  `_indexnow_capture()`, the trigger function, and the UPDATE gate
 //! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
 //! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it

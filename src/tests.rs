@@ -616,3 +616,60 @@ fn sending_and_status_run_without_jit_and_status_without_parallel_workers() {
     let push_now = config("indexnow_push_now");
     assert!(push_now.contains("jit=off"), "{push_now}");
 }
+
+/// `\df indexnow_*` lists the public functions only (those of docs/reference.md); every other
+/// function of the extension's schema is internal and named `_indexnow_*`. (The tests' own
+/// functions are in the schema `tests`.)
+#[pg_test]
+fn only_the_public_functions_are_named_indexnow() {
+    let members = "SELECT p.proname::text AS name FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass \
+                      AND d.objid = p.oid AND d.deptype = 'e' \
+                     JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
+                    WHERE e.extname = 'indexnow' AND p.pronamespace = e.extnamespace";
+    let public = text(&format!(
+        "SELECT string_agg(name, ' ' ORDER BY name) FROM ({members}) m \
+          WHERE name LIKE 'indexnow\\_%'"
+    ));
+    assert_eq!(
+        public.as_deref(),
+        Some(
+            "indexnow_add_host indexnow_confirm_copy indexnow_derive indexnow_disable_host \
+             indexnow_enable_host indexnow_fingerprint indexnow_grant_watching \
+             indexnow_library_version indexnow_push_now indexnow_queue indexnow_reconcile \
+             indexnow_revoke_watching indexnow_set_key_location indexnow_status \
+             indexnow_unwatch indexnow_watch"
+        )
+    );
+    let internal = text(&format!(
+        "SELECT string_agg(name, ' ' ORDER BY name) FROM ({members}) m \
+          WHERE name NOT LIKE 'indexnow\\_%'"
+    ));
+    assert_eq!(
+        internal.as_deref(),
+        Some(
+            "_indexnow_capture _indexnow_capture_target _indexnow_expression_type \
+             _indexnow_on_ddl _indexnow_table_changed _indexnow_url_part \
+             _indexnow_wake_launcher_at_commit _indexnow_watch_rows \
+             _indexnow_watching_privilege _indexnow_written_by_this_transaction"
+        )
+    );
+}
+
+/// The default ignore list is one list: the SQL defaults of both functions that take one are
+/// `crate::capture::watch::DEFAULT_IGNORE`.
+#[pg_test]
+fn both_default_ignore_lists_are_the_one_of_the_code() {
+    let want = format!(
+        "ignore text[] DEFAULT '{{{}}}'::text[]",
+        crate::capture::watch::DEFAULT_IGNORE.join(",")
+    );
+    for function in ["indexnow_watch", "indexnow_fingerprint"] {
+        let arguments = text(&format!(
+            "SELECT pg_catalog.pg_get_function_arguments(oid) FROM pg_catalog.pg_proc \
+              WHERE proname = '{function}'"
+        ))
+        .unwrap();
+        assert!(arguments.contains(&want), "{function}({arguments})");
+    }
+}

@@ -63,7 +63,7 @@ unsafe extern "C-unwind" fn on_transaction_end(
 }
 
 /// Called by the extension's script: the launcher starts this database's worker at commit.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(name = "_indexnow_wake_launcher_at_commit", volatile, parallel_unsafe)]
 fn indexnow_wake_launcher_at_commit() {
     launcher_at_commit();
 }

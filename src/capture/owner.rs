@@ -5,7 +5,7 @@
 //! The capture trigger runs as the extension's owner (it must write the queue whoever saves), and
 //! the workers as the bootstrap superuser: evaluated there, that SQL would have their rights, and
 //! a table owner allowed to watch its table could read keys or become superuser through an
-//! expression. So the rows a derivation needs are read by `indexnow_watch_rows()`, which switches
+//! expression. So the rows a derivation needs are read by `_indexnow_watch_rows()`, which switches
 //! to the watch's maker for the one statement that evaluates them, in a security-restricted
 //! operation (no `SET ROLE`, no temporary objects), with the watch's `search_path` and every
 //! setting put back after it, as PostgreSQL does for `REFRESH MATERIALIZED VIEW`. That statement
@@ -44,7 +44,7 @@ type WatchRow = (
 
 /// The rows of watch `watch_id` whose keys are in `keys` (all rows when NULL), with what each
 /// derives to, evaluated with the rights of the role that made the watch.
-#[pg_extern(stable, parallel_unsafe)]
+#[pg_extern(name = "_indexnow_watch_rows", stable, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn indexnow_watch_rows(
     watch_id: i32,
@@ -107,7 +107,7 @@ thread_local! {
 }
 
 /// Runs the row statement `sql` (`$1` the keys) read-only, in the snapshot of the statement that
-/// called `indexnow_watch_rows()`. (pgrx's SPI reads take a new snapshot once the transaction
+/// called `_indexnow_watch_rows()`. (pgrx's SPI reads take a new snapshot once the transaction
 /// has written, as a volatile function's would.)
 fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
     let keys_datum = keys.into_datum();

@@ -75,7 +75,7 @@ pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
 /// left one, and after an `ALTER TABLE` records a whole-table change set for each such watched
 /// table.
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
     let watched: Vec<pg_sys::Oid> = Spi::connect(|client| {

@@ -86,7 +86,7 @@ pub enum TimeKind {
 /// The generated statements of one watch.
 ///
 /// The watch's own expressions (`url_sql`, `visible`, `publish_at`, and the template's columns)
-/// appear only in `rows_keys` and `rows_all`, which `indexnow_watch_rows()` runs with the rights of
+/// appear only in `rows_keys` and `rows_all`, which `_indexnow_watch_rows()` runs with the rights of
 /// the role that made the watch (`super::owner`); the derivation statements read their rows
 /// through it and hold none of the watch's SQL.
 pub struct Statements {
@@ -189,7 +189,11 @@ impl WatchDefinition {
                 .map(|p| match p {
                     Part::Literal(text) => quote_literal(text),
                     Part::Column(c) => {
-                        format!("{}.indexnow_url_part(r.{}::text)", self.ext, quote_ident(c))
+                        format!(
+                            "{}._indexnow_url_part(r.{}::text)",
+                            self.ext,
+                            quote_ident(c)
+                        )
                     }
                 })
                 .collect::<Vec<_>>()
@@ -280,20 +284,20 @@ impl WatchDefinition {
     }
 
     /// The CTEs `k` (the keys asked for; keyed only) and `d` (the rows there, with what they
-    /// derive to), read through `indexnow_watch_rows()` with the watch owner's rights.
+    /// derive to), read through `_indexnow_watch_rows()` with the watch owner's rights.
     fn read_rows(&self, keyed: bool) -> String {
         let (ext, id) = (&self.ext, self.watch_id);
         if keyed {
             format!(
                 "w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp \
-                         FROM {ext}.indexnow_watch_rows({id}, $1)), \
+                         FROM {ext}._indexnow_watch_rows({id}, $1)), \
                  k AS (SELECT row_key FROM w), \
                  d AS (SELECT row_key, url, vis, pub_at, fp FROM w WHERE present)"
             )
         } else {
             format!(
                 "d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp \
-                         FROM {ext}.indexnow_watch_rows({id}, NULL))"
+                         FROM {ext}._indexnow_watch_rows({id}, NULL))"
             )
         }
     }
@@ -303,7 +307,7 @@ impl WatchDefinition {
     fn current(&self) -> String {
         format!(
             "c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp \
-                     FROM d CROSS JOIN LATERAL {ext}.indexnow_capture_target(d.url, d.vis) x)",
+                     FROM d CROSS JOIN LATERAL {ext}._indexnow_capture_target(d.url, d.vis) x)",
             ext = self.ext
         )
     }
@@ -448,6 +452,86 @@ impl WatchDefinition {
     }
 }
 
+/// The demo's site (`tests/pages.sql`), for the golden tests.
+#[cfg(any(test, feature = "pg_test"))]
+pub mod demo_site {
+    use super::*;
+    use crate::capture::template;
+
+    /// The watch of `tests/pages.sql` for `lang` (`th` or `en`) as `indexnow_watch()` must read it
+    /// from the catalog, built by hand: the golden test generates its statements from this, and
+    /// `a_watch_stores_the_golden_statements` (src/capture_tests.rs) checks that a real watch of
+    /// that table stores the same ones.
+    pub fn pages(lang: &str, watch_id: i32) -> WatchDefinition {
+        let (ignored, visible, hidden) = match lang {
+            "th" => (
+                [
+                    "sort_order",
+                    "is_featured",
+                    "keywords",
+                    "created_at",
+                    "updated_at",
+                    "title_en",
+                    "body_en",
+                ],
+                "status = 'published' AND NOT noindex",
+                Reason::Unpublished,
+            ),
+            _ => (
+                [
+                    "sort_order",
+                    "is_featured",
+                    "keywords",
+                    "created_at",
+                    "updated_at",
+                    "title",
+                    "body",
+                ],
+                "status = 'published' AND NOT noindex AND title_en IS NOT NULL",
+                Reason::Untranslated,
+            ),
+        };
+        let columns = [
+            "id",
+            "slug",
+            "category",
+            "title",
+            "body",
+            "title_en",
+            "body_en",
+            "status",
+            "noindex",
+            "sort_order",
+            "is_featured",
+            "keywords",
+            "created_at",
+            "updated_at",
+            "published_at",
+        ];
+        WatchDefinition {
+            watch_id,
+            ext: "\"public\"".into(),
+            table: "public.pages".into(),
+            key: vec![("id".into(), "integer".into())],
+            public: columns
+                .iter()
+                .filter(|c| !ignored.contains(c))
+                .map(|c| c.to_string())
+                .collect(),
+            url: UrlSource::Template(
+                template::parse(&format!("https://www.example.com/{lang}/{{slug}}")).unwrap(),
+            ),
+            visible: Some(visible.into()),
+            publish_at: Some(PublishAt {
+                sql: "r.\"published_at\"".into(),
+                kind: TimeKind::WithZone,
+                time_zone: "UTC".into(),
+            }),
+            hidden_reason: hidden,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,7 +559,7 @@ mod tests {
     fn statements_name_columns_and_the_watch() {
         let s = definition().statements();
         assert!(s.rows_keys.contains(
-            "'https://www.example.com/th/' || \"public\".indexnow_url_part(r.\"slug\"::text)"
+            "'https://www.example.com/th/' || \"public\"._indexnow_url_part(r.\"slug\"::text)"
         ));
         assert!(s.rows_keys.contains(
             "pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r.\"id\", \
@@ -496,8 +580,8 @@ mod tests {
             assert!(sql.contains("'unpublished'"));
             assert!(sql.contains("ON CONFLICT (url_hash)"));
             assert!(sql.contains("s.watch_id = 7"));
-            assert!(sql.contains("\"public\".indexnow_watch_rows(7, "));
-            // The watch's own SQL runs only through indexnow_watch_rows(), as its owner.
+            assert!(sql.contains("\"public\"._indexnow_watch_rows(7, "));
+            // The watch's own SQL runs only through _indexnow_watch_rows(), as its owner.
             assert!(!sql.contains("status = 'published'"), "{sql}");
             assert!(!sql.contains("r.\"slug\""), "{sql}");
         }
@@ -528,84 +612,12 @@ mod tests {
         assert!(both.contains("UNION ALL SELECT"));
     }
 
-    /// The statements generated for the demo's two-language `pages` table (scripts/demo.sh: one
+    /// The statements generated for the demo's two-language `pages` table (`tests/pages.sql`: one
     /// watch per language), compared exactly with the files under `tests/golden/`, so that every
     /// change to the generated SQL shows in a diff. After a change made on purpose:
     /// `INDEXNOW_BLESS=1 cargo test --lib golden` writes them anew.
     mod golden {
         use super::*;
-
-        /// `pages (id serial PRIMARY KEY, slug, category, title, body, title_en, body_en, status,
-        /// noindex, sort_order, is_featured, keywords, created_at, updated_at, published_at
-        /// timestamptz)`, watched as the demo watches it.
-        fn pages(lang: &str) -> WatchDefinition {
-            let (ignored, visible, hidden) = match lang {
-                "th" => (
-                    [
-                        "sort_order",
-                        "is_featured",
-                        "keywords",
-                        "created_at",
-                        "updated_at",
-                        "title_en",
-                        "body_en",
-                    ],
-                    "status = 'published' AND NOT noindex",
-                    Reason::Unpublished,
-                ),
-                _ => (
-                    [
-                        "sort_order",
-                        "is_featured",
-                        "keywords",
-                        "created_at",
-                        "updated_at",
-                        "title",
-                        "body",
-                    ],
-                    "status = 'published' AND NOT noindex AND title_en IS NOT NULL",
-                    Reason::Untranslated,
-                ),
-            };
-            let columns = [
-                "id",
-                "slug",
-                "category",
-                "title",
-                "body",
-                "title_en",
-                "body_en",
-                "status",
-                "noindex",
-                "sort_order",
-                "is_featured",
-                "keywords",
-                "created_at",
-                "updated_at",
-                "published_at",
-            ];
-            WatchDefinition {
-                watch_id: if lang == "th" { 1 } else { 2 },
-                ext: "\"public\"".into(),
-                table: "\"public\".\"pages\"".into(),
-                key: vec![("id".into(), "integer".into())],
-                public: columns
-                    .iter()
-                    .filter(|c| !ignored.contains(c))
-                    .map(|c| c.to_string())
-                    .collect(),
-                url: UrlSource::Template(
-                    template::parse(&format!("https://www.example.com/{lang}/{{slug}}")).unwrap(),
-                ),
-                visible: Some(visible.into()),
-                publish_at: Some(PublishAt {
-                    sql: "r.\"published_at\"".into(),
-                    kind: TimeKind::WithZone,
-                    time_zone: "UTC".into(),
-                }),
-                hidden_reason: hidden,
-            }
-        }
 
         /// One statement a line per clause, for a readable diff (the statements are one line).
         fn laid_out(sql: &str) -> String {
@@ -651,12 +663,38 @@ mod tests {
             text
         }
 
+        /// The demo creates and watches the site of `tests/pages.sql` word for word (its
+        /// statements end in `\g /dev/null` where the file's end in `;`).
+        #[test]
+        fn the_demo_watches_the_golden_site() {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let site = std::fs::read_to_string(root.join("tests/pages.sql")).unwrap();
+            let demo = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
+            let site: String = site
+                .lines()
+                .filter(|l| !l.starts_with("--"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let statements: Vec<&str> = site
+                .split(';')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            assert_eq!(statements.len(), 3, "{statements:?}");
+            for statement in statements {
+                assert!(
+                    demo.contains(statement),
+                    "scripts/demo.sh does not have this statement of tests/pages.sql:\n{statement}"
+                );
+            }
+        }
+
         #[test]
         fn the_generated_statements_are_the_golden_ones() {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
             for lang in ["th", "en"] {
                 let path = dir.join(format!("pages_{lang}.sql"));
-                let now = file_of(&pages(lang));
+                let now = file_of(&demo_site::pages(lang, if lang == "th" { 1 } else { 2 }));
                 if std::env::var_os("INDEXNOW_BLESS").is_some() {
                     std::fs::create_dir_all(&dir).unwrap();
                     std::fs::write(&path, &now).unwrap();

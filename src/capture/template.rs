@@ -30,7 +30,7 @@ pub fn encode_part(value: &str) -> Option<String> {
 }
 
 /// One `{column}` value, encoded for a URL template (NULL: no URL).
-#[pg_extern(immutable, strict, parallel_safe)]
+#[pg_extern(name = "_indexnow_url_part", immutable, strict, parallel_safe)]
 fn indexnow_url_part(value: &str) -> Option<String> {
     encode_part(value)
 }

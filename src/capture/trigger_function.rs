@@ -1,4 +1,4 @@
-//! `indexnow_capture()`: the trigger function on every watched table, and the UPDATE gate in front
+//! `_indexnow_capture()`: the trigger function on every watched table, and the UPDATE gate in front
 //! of the capture statements.
 //!
 //! Every capture trigger (statement-level, with transition tables, plus TRUNCATE) calls this
@@ -67,7 +67,14 @@ impl Event {
     }
 }
 
-#[pg_trigger]
+// Its SQL name starts with `_` as every internal function's does; `#[pg_trigger]` takes no name,
+// so the declaration is written out (as pgrx generates it, under that name).
+#[pg_trigger(sql = r#"
+CREATE FUNCTION "_indexnow_capture"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'indexnow_capture_wrapper';
+"#)]
 fn indexnow_capture<'a>(
     trigger: &'a PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
@@ -208,7 +215,8 @@ fn capture_own_rows(
                      SELECT $1, $2, NULL WHERE NOT EXISTS ( \
                        SELECT FROM {ext}.indexnow_changes c \
                         WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches IS NOT DISTINCT FROM $2 \
-                          AND {ext}.indexnow_written_by_this_transaction(c.xmin::text::bigint))"
+                          AND {ext}.{}(c.xmin::text::bigint))",
+                    crate::extension::written_by_this_transaction()
                 ),
                 &[relid.into(), ids.clone().into()],
             )?;

@@ -1,5 +1,5 @@
 //! The capture triggers every watched table (and every partition of it, and every related table)
-//! carries: four statement-level triggers, all calling `indexnow_capture()` (`super::trigger_function`).
+//! carries: four statement-level triggers, all calling `_indexnow_capture()` (`super::trigger_function`).
 //! Installed by `indexnow_watch()` and by the partition event trigger, dropped when no active
 //! watch needs them.
 
@@ -40,14 +40,14 @@ pub fn table_qualified(oid: pg_sys::Oid) -> String {
     .unwrap_or_default()
 }
 
-/// The capture triggers on `table` (quoted, qualified): all call indexnow_capture().
+/// The capture triggers on `table` (quoted, qualified): all call _indexnow_capture().
 pub fn install(ext: &str, table: &str) {
     for (name, event, referencing) in EVENTS {
         spi(
             "installing the capture triggers",
             Spi::run(&format!(
                 "CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {table} {referencing} \
-                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}.indexnow_capture()"
+                 FOR EACH STATEMENT EXECUTE FUNCTION {ext}._indexnow_capture()"
             )),
         );
     }

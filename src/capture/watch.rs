@@ -3,7 +3,7 @@
 //! installing the triggers.
 //!
 //! The triggers (statement-level, with transition tables, plus TRUNCATE) all call one function of
-//! the extension, `indexnow_capture()` (`super::trigger_function`). Because the triggers depend on an
+//! the extension, `_indexnow_capture()` (`super::trigger_function`). Because the triggers depend on an
 //! extension member, `DROP EXTENSION` refuses while a table is watched (CASCADE drops the triggers
 //! too), and `pg_dump` restores them after `CREATE EXTENSION` recreates the function.
 //!
@@ -35,7 +35,10 @@ use crate::quote::quote_ident;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
-const DEFAULT_IGNORE: [&str; 2] = ["created_at", "updated_at"];
+/// The columns ignored when `ignore` is not given: the SQL defaults of `indexnow_watch()` and
+/// `indexnow_fingerprint()` name the same (a literal each, as pgrx takes defaults; a test checks
+/// that they agree).
+pub(crate) const DEFAULT_IGNORE: [&str; 2] = ["created_at", "updated_at"];
 
 fn watch_error(message: String) -> ! {
     invalid_parameter(format!("indexnow_watch: {message}"))
@@ -137,7 +140,7 @@ fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
     spi(
         "checking an expression",
         Spi::get_one_with_args::<String>(
-            &format!("SELECT {ext}.indexnow_expression_type($1, $2, $3)"),
+            &format!("SELECT {ext}._indexnow_expression_type($1, $2, $3)"),
             &[table.qualified.as_str().into(), expr.into(), what.into()],
         ),
     )
@@ -182,6 +185,8 @@ fn indexnow_watch(
     related: default!(Option<Vec<String>>, "NULL"),
 ) {
     owner::refuse_in_restricted_operation("indexnow_watch");
+    // The statements it generates call this release's internal functions, by their names.
+    crate::extension::require_current_version();
     let caller = owner::caller();
     let ext = crate::extension::schema();
     let oid = tbl.oid();
@@ -760,7 +765,7 @@ fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
 /// For the derive statements: `url` in normal form with its key and host when the row is
 /// visible and its URL can be submitted; `problem` says why not when it is visible and cannot.
 /// One row always.
-#[pg_extern(immutable, parallel_safe)]
+#[pg_extern(name = "_indexnow_capture_target", immutable, parallel_safe)]
 #[allow(clippy::type_complexity)]
 fn indexnow_capture_target(
     url: Option<&str>,

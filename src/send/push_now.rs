@@ -36,7 +36,12 @@ fn indexnow_push_now() -> TableIterator<
 
 /// Whether `xid` (a row's `xmin`) is the calling transaction's or one of its subtransactions': a
 /// row it wrote and has not committed. For `indexnow_push_now()`'s claim.
-#[pg_extern(stable, parallel_safe, strict)]
+#[pg_extern(
+    name = "_indexnow_written_by_this_transaction",
+    stable,
+    parallel_safe,
+    strict
+)]
 fn indexnow_written_by_this_transaction(xid: i64) -> bool {
     // An xid is 32 bits; a row's xmin read as text gives it unsigned.
     u32::try_from(xid)

@@ -91,11 +91,11 @@ fn due_of_host(columns: &str, and: &str, lock: &str) -> String {
     )
 }
 
-/// What a claim returns, read by name into `super::Claimed`. The row's `ctid` lets the
+/// What a claim returns, read by name into `super::ClaimedUrl`. The row's `ctid` lets the
 /// statements that settle it find it without an index lookup per row. A request queued for a
 /// publication time has `available_at` later than `queued_at` (both are the request's `now()`
 /// otherwise).
-const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, watch_id, \
+const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, \
      ctid::text AS ctid, available_at > queued_at AS scheduled";
 
 /// A worker's claim: lock the rows, skipping those another sender holds, and lease them for
@@ -125,7 +125,7 @@ pub fn claim_with_lease() -> String {
 /// sets other transactions committed: those are sent (`own_requests` false).
 pub fn claim_by_reading(own_requests: bool) -> String {
     let and = if own_requests {
-        "AND NOT indexnow_written_by_this_transaction(xmin::text::bigint)"
+        "AND NOT _indexnow_written_by_this_transaction(xmin::text::bigint)"
     } else {
         ""
     };

@@ -7,22 +7,22 @@ FROM pg_catalog.jsonb_array_elements($1) e)
 SELECT k.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, x.fp
 FROM k
 LEFT JOIN LATERAL (
-SELECT k.row_key, 'https://www.example.com/en/' || "public".indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex AND title_en IS NOT NULL), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title_en', r."title_en", 'body_en', r."body_en", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
-FROM "public"."pages" r
+SELECT k.row_key, 'https://www.example.com/en/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex AND title_en IS NOT NULL), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title_en', r."title_en", 'body_en', r."body_en", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+FROM public.pages r
 WHERE r."id" = (k.row_key ->> 0)::integer) x ON true;
 
 -- rows_all
-SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/en/' || "public".indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex AND title_en IS NOT NULL), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title_en', r."title_en", 'body_en', r."body_en", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
-FROM "public"."pages" r;
+SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/en/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex AND title_en IS NOT NULL), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title_en', r."title_en", 'body_en', r."body_en", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+FROM public.pages r;
 
 -- derive_keys
 WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp
-FROM "public".indexnow_watch_rows(2, $1)), k AS (SELECT row_key
+FROM "public"._indexnow_watch_rows(2, $1)), k AS (SELECT row_key
 FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
 FROM w
 WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public".indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM k
 JOIN "public".indexnow_sources s ON s.watch_id = 2 AND s.row_key = k.row_key), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since
@@ -92,9 +92,9 @@ FROM dropped);
 
 -- derive_all
 WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
-FROM "public".indexnow_watch_rows(2, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+FROM "public"._indexnow_watch_rows(2, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public".indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM "public".indexnow_sources s
 WHERE s.watch_id = 2), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since
@@ -164,9 +164,9 @@ FROM dropped);
 
 -- baseline
 WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
-FROM "public".indexnow_watch_rows(2, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+FROM "public"._indexnow_watch_rows(2, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public".indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
 FROM c
 WHERE url_hash IS NOT NULL), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
@@ -196,12 +196,12 @@ FROM q);
 
 -- baseline_keys
 WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp
-FROM "public".indexnow_watch_rows(2, $1)), k AS (SELECT row_key
+FROM "public"._indexnow_watch_rows(2, $1)), k AS (SELECT row_key
 FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
 FROM w
 WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public".indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
 FROM c
 WHERE url_hash IS NOT NULL), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)

@@ -1,9 +1,10 @@
-//! Upgrading from the previous release, as a user does it: the server runs release 0.1.0's library
+//! Upgrading from each earlier release, as a user does it: the server runs that release's library
 //! with its SQL, a table is watched and its pages sent; the new release is installed and the
 //! server restarted (its library with the old SQL: the worker waits, the capture goes on); then
-//! `ALTER EXTENSION indexnow UPDATE`. After it the watch still fires, the queue and the history
-//! are as they were, what waited is sent, a monitoring role keeps its grant (and pg_dump keeps
-//! it), and the extension's catalog equals a fresh install's.
+//! `ALTER EXTENSION indexnow UPDATE` (from 0.1.0 a chain of two scripts). After it the watch
+//! still fires, the queue and the history are as they were, what waited is sent, a monitoring
+//! role keeps its grant (and pg_dump keeps it), and the extension's catalog equals a fresh
+//! install's.
 
 use indexnow_e2e::{
     count, release_library, sending_conf, sent_urls, wait_until, wait_until_settled, Cluster,
@@ -14,8 +15,7 @@ use postgres::Client;
 use std::time::Duration;
 
 const SECONDS: fn(u64) -> Duration = Duration::from_secs;
-const PREVIOUS: &str = "0.1.0";
-const CURRENT: &str = "0.2.0";
+const CURRENT: &str = "0.3.0";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
@@ -66,13 +66,23 @@ fn queue_and_history(db: &mut Client) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_install() {
-    let previous = release_library(PREVIOUS);
+    upgrade_from("0.2.0", 14);
+}
+
+#[test]
+fn an_upgrade_from_the_first_release_keeps_everything_and_equals_a_fresh_install() {
+    upgrade_from("0.1.0", 12);
+}
+
+/// The upgrade from release `previous`, whose `indexnow_status()` has `status_columns` columns.
+fn upgrade_from(previous: &str, status_columns: i64) {
+    let library = release_library(previous);
     let receiver = Receiver::start("127.0.0.1:0").unwrap();
     let cluster = Cluster::start(Options {
         preload: true,
         conf: sending_conf(&receiver.endpoint(), &[]),
     });
-    cluster.use_library(Some(&previous));
+    cluster.use_library(Some(&library));
     cluster.restart();
 
     // The previous release, in use.
@@ -82,24 +92,26 @@ fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_inst
         .unwrap();
     let mut db = cluster.connect("site");
     db.batch_execute(&format!(
-        "CREATE EXTENSION indexnow VERSION '{PREVIOUS}'; \
+        "CREATE EXTENSION indexnow VERSION '{previous}'; \
          CREATE ROLE monitoring LOGIN; \
          GRANT EXECUTE ON FUNCTION indexnow_status() TO monitoring; \
          SELECT indexnow_add_host('{HOST}', '{KEY}'); \
          CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
          SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
                                visible => 'published'); \
-         INSERT INTO pages VALUES (1, 'one', true), (2, 'two', true), (3, 'draft', false);"
+         INSERT INTO pages VALUES (1, 'one', true), (2, 'two', true), (3, 'draft', false); \
+         CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
     ))
     .unwrap();
-    assert_eq!(version(&mut db), PREVIOUS);
+    assert_eq!(version(&mut db), previous);
     assert_eq!(
         count(
             &mut db,
             "SELECT array_length(proallargtypes, 1)::int8 FROM pg_proc WHERE proname = 'indexnow_status'"
         ),
-        12,
-        "the library and SQL of 0.1.0 are in use: its indexnow_status() has 12 columns"
+        status_columns,
+        "the library and SQL of {previous} are in use: its indexnow_status() has {status_columns} columns"
     );
     wait_until("the previous release sent the pages", SECONDS(30), || {
         sent_urls(&receiver) == [url("one"), url("two")]
@@ -117,26 +129,28 @@ fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_inst
         .unwrap_err();
     let refused = refused.as_db_error().unwrap();
     assert!(
-        refused.message() == "indexnow: this server still runs the library of an earlier release"
+        refused
+            .message()
+            .starts_with("indexnow: this server still runs the library of")
             && refused
                 .hint()
                 .is_some_and(|h| h.contains("restart the server")),
         "{refused:?}"
     );
-    assert_eq!(version(&mut db), PREVIOUS);
+    assert_eq!(version(&mut db), previous);
     drop(db);
 
     // The new release installed, the server restarted: its library, the old SQL.
     cluster.use_library(None);
     cluster.restart();
     let mut db = cluster.connect("site");
-    assert_eq!(version(&mut db), PREVIOUS);
+    assert_eq!(version(&mut db), previous);
     let refused = db
         .query("SELECT * FROM indexnow_status()", &[])
         .unwrap_err();
     let refused = refused.as_db_error().unwrap();
     assert!(
-        refused.message().contains(&format!("version {PREVIOUS}"))
+        refused.message().contains(&format!("version {previous}"))
             && refused.hint() == Some("Run ALTER EXTENSION indexnow UPDATE in this database."),
         "{refused:?}"
     );
@@ -154,13 +168,35 @@ fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_inst
     assert!(
         cluster
             .log()
-            .contains(&format!("the extension in this database is version {PREVIOUS} and the installed library is {CURRENT}")),
+            .contains(&format!("the extension in this database is version {previous} and the installed library is {CURRENT}")),
         "{}",
         cluster.log()
     );
     // Saves go on being captured; nothing is sent until the update.
     db.batch_execute("INSERT INTO pages VALUES (4, 'four', true)")
         .unwrap();
+    // A TRUNCATE too (its change set names the internal functions of the old SQL).
+    let mut tx = db.transaction().unwrap();
+    tx.batch_execute("TRUNCATE drafts").unwrap();
+    let recorded: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM indexnow_changes WHERE keys IS NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(recorded, 1, "the TRUNCATE is recorded before the update");
+    tx.rollback().unwrap();
+    // A new watch would generate statements for the new SQL: refused until the update.
+    let refused = db
+        .batch_execute("SELECT indexnow_watch('drafts', url => 'https://{HOST}/d/{{slug}}')")
+        .unwrap_err();
+    assert!(
+        refused.as_db_error().is_some_and(
+            |e| e.hint() == Some("Run ALTER EXTENSION indexnow UPDATE in this database.")
+        ),
+        "{refused:?}"
+    );
     std::thread::sleep(SECONDS(2));
     assert_eq!(
         sent_urls(&receiver).len(),
