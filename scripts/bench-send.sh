@@ -9,10 +9,17 @@
 #   idle   one sending pass with URLS pushed rows and nothing due (the pass a worker makes every
 #          naptime), through indexnow_push_now(), averaged over 1,000 runs inside the server;
 #          and indexnow_status() over the same rows, averaged over 100 calls
-# Goals (issue 4): drain >= 50,000 URLs/s and < 64 MiB; idle pass < 1 ms.
+#   hosts  (`bash scripts/bench-send.sh hosts`, this part alone) HOSTS (default 1000) hosts with
+#          PER_HOST (default 20) due URLs each, the receiver answering every request after 50 ms
+#          and one host's after 2 s; sent by one worker with indexnow.max_in_flight = 1 and then
+#          the default (32): the time until everything is sent, requests per second, when every
+#          host but the slow one was done, and the worker's peak heap
+# Goals: drain >= 50,000 URLs/s and < 64 MiB; idle pass < 1 ms; hosts >= 500 requests/s at
+# 50 ms, the slow host delaying the others by at most its own time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 URLS=${URLS:-1000000}
+MODE=${1:-drain}
 
 bash scripts/setup.sh >/dev/null
 echo "[bench] building and installing the extension and the receiver (release)"
@@ -32,6 +39,71 @@ cluster_start "$dir" "$port" "shared_buffers = '1GB'" "max_wal_size = '8GB'" \
 trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
 
+receiver() {
+  local body=${3:-}
+  exec 3<>"/dev/tcp/127.0.0.1/$rport"
+  printf '%s %s HTTP/1.0\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#body}" "$body" >&3
+  sed '1,/^\r$/d' <&3 >/dev/null
+  exec 3<&-
+}
+worker_pids() {
+  psql -Atc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = 'postgres'"
+}
+heap_kib() {
+  awk '/^Anonymous:/ { s += $2 } END { print s + 0 }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0
+}
+
+if [ "$MODE" = hosts ]; then
+  HOSTS=${HOSTS:-1000}
+  PER_HOST=${PER_HOST:-20}
+  slow=$(printf 'h%04d.example.com' $((HOSTS / 2)))
+  echo "[bench] $HOSTS hosts x $PER_HOST URLs, answers after 50 ms ($slow: 2 s); $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
+  psql -o /dev/null -c "CREATE EXTENSION indexnow"
+  receiver PUT /__latency '{"ms": 50}'
+  receiver PUT /__latency "{\"ms\": 2000, \"host\": \"$slow\"}"
+  # sends: the queue again, sent with indexnow.max_in_flight = LIMIT
+  sends() {
+    local limit=$1 pid peak=0 kib start end sent
+    psql -o /dev/null <<SQL
+TRUNCATE indexnow_urls, indexnow_pushes;
+SELECT indexnow_add_host(format('h%s.example.com', lpad(h::text, 4, '0')), 'benchkey-' || h)
+  FROM generate_series(1, $HOSTS) h;
+SELECT count(indexnow_queue(format('https://h%s.example.com/articles/%s', lpad(h::text, 4, '0'), g)))
+  FROM generate_series(1, $HOSTS) h, generate_series(1, $PER_HOST) g;
+VACUUM ANALYZE indexnow_urls;
+ALTER SYSTEM SET indexnow.max_in_flight = $limit;
+SQL
+    psql -o /dev/null -c "SELECT pg_reload_conf()"
+    pid=$(worker_pids | head -1)
+    peak=$(heap_kib "$pid")
+    start=$(psql -Atc "SELECT extract(epoch FROM clock_timestamp())")
+    psql -c "ALTER SYSTEM SET indexnow.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+    while :; do
+      kib=$(heap_kib "$pid"); [ "$kib" -gt "$peak" ] && peak=$kib
+      sent=$(psql -Atc "SELECT coalesce(sum(url_count), 0) FROM indexnow_pushes")
+      [ "$sent" -ge $((HOSTS * PER_HOST)) ] && break
+      sleep 0.05
+    done
+    psql -c "ALTER SYSTEM SET indexnow.enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+    psql -At -v start="$start" -v limit="$limit" -v peak="$peak" -v slow="$slow" <<'SQL'
+SELECT format('[bench] hosts, max_in_flight = %s: %s requests (%s URLs) in %s s: %s requests/s; every other host done after %s s, %s after %s s; peak heap of the worker %s MiB',
+              :'limit', count(*), sum(url_count),
+              round((extract(epoch FROM max(pushed_at)) - :start)::numeric, 2),
+              round((count(*) / (extract(epoch FROM max(pushed_at)) - :start))::numeric),
+              round((extract(epoch FROM max(pushed_at) FILTER (WHERE host <> :'slow')) - :start)::numeric, 2),
+              :'slow',
+              round((extract(epoch FROM max(pushed_at) FILTER (WHERE host = :'slow')) - :start)::numeric, 2),
+              round(:peak / 1024.0, 1))
+  FROM indexnow_pushes WHERE status = 200;
+SQL
+  }
+  for round in $(seq "${ROUNDS:-1}"); do
+    sends 1
+    sends 32
+  done
+  exit 0
+fi
+
 echo "[bench] $URLS URLs over two hosts; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
 psql -o /dev/null <<SQL
 CREATE EXTENSION indexnow;
@@ -49,13 +121,6 @@ VACUUM ANALYZE indexnow_urls;
 CHECKPOINT;
 SQL
 }
-worker_pids() {
-  psql -Atc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' AND datname = 'postgres'"
-}
-heap_kib() {
-  awk '/^Anonymous:/ { s += $2 } END { print s + 0 }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0
-}
-
 # drain WORKERS: the same queue drained by WORKERS workers (indexnow.workers_per_database)
 drain() {
   local workers=$1 pids=() pid kib peak=0 before=0 start end sent requests

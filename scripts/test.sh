@@ -33,7 +33,7 @@ for v in "${versions[@]}"; do
   bash scripts/install.sh --debug --pg-config "$pg_config" >/dev/null
   export INDEXNOW_PG_BIN
   INDEXNOW_PG_BIN=$("$pg_config" --bindir)
-  tests=(--test capture --test foundation --test sending --test staging)
+  tests=(--test capture --test foundation --test sending --test many_hosts --test staging)
   [ "$v" = 15 ] && tests+=(--test soak --test upgrade)
   cargo test -p indexnow-e2e "${tests[@]}"
 

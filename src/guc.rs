@@ -29,6 +29,10 @@ pub static BACKOFF_UNAVAILABLE_S: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
 pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
 pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static MAX_IN_FLIGHT: GucSetting<i32> = GucSetting::<i32>::new(32);
+
+/// The most `indexnow.max_in_flight` allows: each request in flight is a thread and a connection.
+pub const MAX_MAX_IN_FLIGHT: i32 = 256;
 
 /// The most rows `indexnow.derive_at_write` allows: one change set's worth.
 pub const MAX_DERIVE_AT_WRITE: i32 = 10_000;
@@ -117,6 +121,17 @@ pub fn register() {
         &BATCH_SIZE,
         1,
         indexnow_protocol::MAX_URLS_PER_REQUEST as i32,
+        Suset,
+        none,
+    );
+    GucRegistry::define_int_guc(
+        c"indexnow.max_in_flight",
+        c"How many requests one sender keeps open at once, each for another host.",
+        c"One host's requests go one after another (its answers apply in order); requests for \
+          different hosts overlap, so a thousand hosts are not sent for one at a time.",
+        &MAX_IN_FLIGHT,
+        1,
+        MAX_MAX_IN_FLIGHT,
         Suset,
         none,
     );

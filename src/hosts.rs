@@ -15,6 +15,7 @@
 //! confirm once.)
 
 use crate::error::{invalid_parameter, shown};
+use crate::queue::due::{FAILED_SQL, KEY_FAILED_SQL};
 use pgrx::prelude::*;
 
 /// This database, as a host's home is written: (system identifier, database OID).
@@ -65,7 +66,9 @@ pub fn held_sql(name: &str, sending_on: &str) -> String {
 
 /// Add a host with its key, or replace the key of a host already added. A new key keeps what
 /// was set for the host: whether it is enabled, and its key location unless a new one is given
-/// (`indexnow_set_key_location()` removes it).
+/// (`indexnow_set_key_location()` removes it). Replacing the key requests again the host's URLs
+/// that failed because of the old one (`KEY_FAILED_SQL`): they were failed "until requested
+/// again", and a key rotation is what asks for them again.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
     let host = normal_host(host);
@@ -73,12 +76,26 @@ fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>,
         .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")));
     let key_location = key_location.map(|loc| checked_key_location(&host, loc));
     let (system, database) = here();
+    // The key it had, locked until the end of the transaction: a key changed meanwhile by another
+    // call is the one compared.
+    let previous: Option<String> = Spi::connect_mut(|client| {
+        let old = client.update(
+            "SELECT key FROM indexnow_hosts WHERE host = $1 FOR UPDATE",
+            Some(1),
+            &[host.as_str().into()],
+        )?;
+        if old.is_empty() {
+            return Ok(None);
+        }
+        old.first().get_one()
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not read host {host}: {e}"));
     Spi::run_with_args(
-        "INSERT INTO indexnow_hosts (host, key, key_location, home_system, home_database) \
+        "INSERT INTO indexnow_hosts AS h (host, key, key_location, home_system, home_database) \
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (host) DO UPDATE \
             SET key = excluded.key, \
-                key_location = coalesce(excluded.key_location, indexnow_hosts.key_location)",
+                key_location = coalesce(excluded.key_location, h.key_location)",
         &[
             host.as_str().into(),
             key.into(),
@@ -88,6 +105,31 @@ fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>,
         ],
     )
     .unwrap_or_else(|e| error!("indexnow: could not add host {host}: {e}"));
+    let replaced = previous.is_some_and(|p| p != key);
+    if replaced {
+        request_key_failures_again(&host);
+    }
+}
+
+/// The host's URLs that failed because of its key are pending again, with the reason they failed
+/// with and due at once (their debounce passed long ago).
+fn request_key_failures_again(host: &str) {
+    let requested = Spi::connect_mut(|client| {
+        client
+            .update(
+                &format!(
+                    "UPDATE indexnow_urls SET request_seq = request_seq + 1, queued_at = now() \
+                      WHERE host = $1 AND {FAILED_SQL} AND {KEY_FAILED_SQL}"
+                ),
+                None,
+                &[host.into()],
+            )
+            .map(|t| t.len())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not request {host}'s failed URLs again: {e}"));
+    if requested > 0 {
+        crate::wake::worker_at_commit();
+    }
 }
 
 /// Sets (or, with NULL, removes) the key location of a host already added.

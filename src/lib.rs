@@ -39,7 +39,8 @@
 //!   their generated SQL)
 //! - `process.rs`          the background process a pass runs in: pg_stat_activity, statistics,
 //!   SIGTERM
-//! - `send/mod.rs`         one sending pass: claim, POST, record, log; pauses ending
+//! - `send/mod.rs`         one sending pass: hosts in turn, claim, POST, record, log; pauses ending
+//! - `send/in_flight.rs`   requests in flight, each in a thread that only does network I/O
 //! - `send/sql.rs`         the statements of a pass
 //! - `send/push_now.rs`    `indexnow_push_now()`
 //! - `status.rs`           `indexnow_status()`; its query is `status.sql`
@@ -55,8 +56,10 @@
 //!   what an answer means, the HTTP client)
 //! - `../crates/receiver`  a local IndexNow endpoint for the tests and the demo
 //! - `../tests/e2e`        end-to-end tests on real clusters, the soak, the upgrade test
-//! - `../tests/golden`     the statements a watch generates, for the demo's `pages` table (the
-//!   golden test in `capture/statements.rs`)
+//! - `../tests/pages.sql`  the demo's `pages` site, as the capture tests use it
+//! - `../tests/golden`     the statements its watches generate (the golden test in
+//!   `capture/statements.rs`; `capture_tests.rs` checks that a real watch stores the same)
+//! - `../releases`         each release's source, which the upgrade test builds
 
 use pgrx::prelude::*;
 

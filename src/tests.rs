@@ -673,3 +673,95 @@ fn both_default_ignore_lists_are_the_one_of_the_code() {
         assert!(arguments.contains(&want), "{function}({arguments})");
     }
 }
+
+/// A new key requests again the URLs its predecessor got refused (403, or a 422 naming the
+/// key); the same key again, or a refusal for another reason, leaves them failed.
+#[pg_test]
+fn a_new_key_requests_the_urls_the_old_one_got_refused_again() {
+    Spi::run(
+        "SELECT indexnow_add_host('www.example.com', 'oldkey1234'); \
+         SELECT indexnow_queue('https://www.example.com/' || p) \
+           FROM unnest('{forbidden,keyless,misplaced,fine}'::text[]) p; \
+         UPDATE indexnow_urls SET settled_seq = request_seq, failed_at = now(), \
+                failed_status = CASE url WHEN 'https://www.example.com/forbidden' THEN 403 ELSE 422 END, \
+                failed_note = CASE url \
+                  WHEN 'https://www.example.com/forbidden' THEN '403: key not valid' \
+                  WHEN 'https://www.example.com/keyless' THEN '422: The key does not match' \
+                  ELSE '422: URLs do not belong to the host' END \
+          WHERE url <> 'https://www.example.com/fine'; \
+         UPDATE indexnow_urls SET settled_seq = request_seq, last_pushed_at = now() \
+          WHERE url = 'https://www.example.com/fine';",
+    )
+    .unwrap();
+    let pending = || {
+        text(
+            "SELECT coalesce(string_agg(url, ' ' ORDER BY url), '') FROM indexnow_urls \
+              WHERE request_seq > settled_seq",
+        )
+        .unwrap()
+    };
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'oldkey1234')").unwrap();
+    assert_eq!(pending(), "", "the same key asks for nothing again");
+    Spi::run("SELECT indexnow_add_host('www.example.com', 'newkey5678')").unwrap();
+    assert_eq!(
+        pending(),
+        "https://www.example.com/forbidden https://www.example.com/keyless"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE failed_status = 422 AND request_seq = settled_seq"),
+        1,
+        "a refusal that is not the key's stays failed"
+    );
+}
+
+/// A thousand hosts are added (or re-keyed) in one statement, with the same checks as one; a
+/// bad row fails the statement naming its host, and nothing of it is kept.
+#[pg_test]
+fn a_thousand_hosts_are_added_in_one_statement() {
+    Spi::run(
+        "SELECT count(indexnow_add_host(format('t%s.example.com', g), 'tenantkey-' || g)) \
+           FROM generate_series(1, 1000) g",
+    )
+    .unwrap();
+    assert_eq!(count("SELECT count(*) FROM indexnow_hosts"), 1000);
+    let refused = error_of(
+        "SELECT count(indexnow_add_host(format('t%s.example.com', g), \
+                CASE WHEN g = 500 THEN 'bad key!' ELSE 'rotated-' || g END)) \
+           FROM generate_series(1, 1000) g",
+    )
+    .unwrap();
+    assert!(
+        refused.starts_with("22023: ") && refused.contains("key for t500.example.com"),
+        "{refused}"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_hosts WHERE key LIKE 'rotated-%'"),
+        0,
+        "the failed statement changed no host"
+    );
+}
+
+/// The key-file lookup of docs/reference.md ("Serving the key file") answers the key for its
+/// file name on its host, and nothing for another name.
+#[pg_test]
+fn the_documented_key_file_lookup_finds_the_key() {
+    Spi::run(
+        "SELECT indexnow_add_host('www.example.com', 'servedkey-42'); \
+         CREATE VIEW public.indexnow_key_files AS SELECT host, key FROM indexnow_hosts;",
+    )
+    .unwrap();
+    let lookup = |host: &str, file: &str| -> Option<String> {
+        Spi::get_one_with_args(
+            "SELECT (SELECT key FROM public.indexnow_key_files \
+                      WHERE host = $1 AND key || '.txt' = $2)",
+            &[host.into(), file.into()],
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        lookup("www.example.com", "servedkey-42.txt").as_deref(),
+        Some("servedkey-42")
+    );
+    assert_eq!(lookup("www.example.com", "robots.txt"), None);
+    assert_eq!(lookup("other.example.com", "servedkey-42.txt"), None);
+}

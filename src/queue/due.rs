@@ -104,6 +104,12 @@ pub const PENDING_SQL: &str = "request_seq > settled_seq";
 /// since: it is not sent again until it is requested again.
 pub const FAILED_SQL: &str = "(failed_at IS NOT NULL AND request_seq = settled_seq)";
 
+/// A failure the host's key caused: a 403 (site verification aside: that is a pause, not a
+/// failure) or a 422 whose answer names the key. A new key may be accepted where the old one was
+/// not, so replacing the key requests these URLs again (`crate::hosts`).
+pub const KEY_FAILED_SQL: &str =
+    "(failed_status = 403 OR (failed_status = 422 AND failed_note ILIKE '%key%'))";
+
 /// The rule as a condition over `indexnow_urls`. `$1` = now (timestamptz); `$2`, `$3`, `$4` =
 /// debounce, min_gap and repeat_after in seconds (float8, see [`DueRule::sql_args`]).
 /// Its first two terms are what the partial index `indexnow_urls_pending` serves.

@@ -1,9 +1,10 @@
 //! Sending: one pass over the queue, shared by the background worker and `indexnow_push_now()`.
 //!
-//! A pass takes the hosts that may be sent for (a key, enabled, not paused), and for each host
-//! repeats: claim at most `batch_size` due rows, POST them outside any transaction, record the
-//! answer; until the host has nothing due, the endpoint orders a pause, or the worker is told to
-//! stop. The answer decides (see `indexnow_protocol::response`):
+//! A pass takes the hosts that may be sent for (a key, enabled, not paused) in turn: claim at
+//! most `batch_size` due rows of a host, POST them outside any transaction, record the answer;
+//! up to `max_in_flight` requests at once, never two for one host ([`Pass`]); until nothing is
+//! due, the endpoint orders a pause, or the worker is told to stop. The answer decides (see
+//! `indexnow_protocol::response`):
 //! - accepted: the claimed requests are settled (only those: behaviour 14);
 //! - refused (4xx): settled as failed, the status and the body kept;
 //! - pause (429, 5xx, network): the claim is given back, a pause is written to
@@ -28,6 +29,7 @@
 //!   rows a worker holds a lease on, so a batch already in a worker's hands is not sent twice.
 //!   Content saves never wait on the pass lock: only senders take it.
 
+mod in_flight;
 mod push_now;
 pub(crate) mod sql;
 
@@ -36,11 +38,13 @@ use crate::guc;
 use crate::plan_cache;
 use crate::queue::due::DueRule;
 use crate::queue::Reason;
+use in_flight::Requests;
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use sql::{Locate, Settle};
+use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The settings a pass runs by, read once at its start.
@@ -50,6 +54,10 @@ pub struct Settings {
     pub endpoint: String,
     pub rule: DueRule,
     pub batch_size: i64,
+    /// Requests one pass keeps open at once, never two for one host.
+    pub max_in_flight: usize,
+    /// A pass starts no new round after this long (`indexnow.naptime`).
+    pub rounds_for: Duration,
     pub http_timeout: Duration,
     pub backoffs: Backoffs,
     pub history_days: i32,
@@ -66,6 +74,8 @@ impl Settings {
                 .unwrap_or_default(),
             rule: guc::due_rule(),
             batch_size: guc::BATCH_SIZE.get() as i64,
+            max_in_flight: guc::MAX_IN_FLIGHT.get().max(1) as usize,
+            rounds_for: Duration::from_millis(guc::NAPTIME_MS.get() as u64),
             http_timeout: Duration::from_millis(guc::HTTP_TIMEOUT_MS.get() as u64),
             backoffs: Backoffs {
                 throttled: Duration::from_secs(guc::BACKOFF_THROTTLED_S.get() as u64),
@@ -243,115 +253,232 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
         })
         .unwrap_or_else(|e| error!("indexnow: could not take the pass lock: {e}"));
     }
-    let mut hosts = session.step(|| sendable_hosts(&settings));
-    if let (Session::Worker { sender }, false) = (session, hosts.is_empty()) {
-        // Several workers of one database start with different hosts, so that they do not all
-        // walk the same host's index past each other's locked rows; each goes on to the others.
-        let first = sender as usize % hosts.len();
-        hosts.rotate_left(first);
-    }
-    let client = Client::new(settings.http_timeout);
-    let mut results = vec![];
-    'hosts: for host in hosts {
-        let mut result = HostResult {
-            host: host.host.clone(),
-            ..Default::default()
-        };
-        loop {
-            if session.told_to_stop() {
-                break 'hosts;
-            }
-            let claim_started = Instant::now();
-            let Some((taken, claimed)) = session.step(|| claim(session, &settings, &host.host))
-            else {
-                break 'hosts; // another sender holds the pass lock: it will do the work
-            };
-            if taken == 0 {
-                break;
-            }
-            if claimed.is_empty() {
-                continue; // the whole batch was scheduled pages the re-read took out
-            }
-            let claim_took = claim_started.elapsed();
-            let outcome = push(&client, &settings, &host, &claimed, session, &mut result);
-            debug1!(
-                "indexnow: {} URLs of {}: claimed in {:?}, pushed and recorded in {:?}",
-                claimed.len(),
-                host.host,
-                claim_took,
-                claim_started.elapsed() - claim_took
-            );
-            match outcome {
-                Some(Outcome::PauseAll { .. }) => {
-                    results.push(result);
-                    break 'hosts;
-                }
-                Some(Outcome::PauseHost { .. }) => break,
-                _ => {}
-            }
-            if (taken as i64) < settings.batch_size {
-                break;
-            }
-        }
-        results.push(result);
-    }
+    let mut pass = Pass {
+        session,
+        settings: &settings,
+        client: Client::new(settings.http_timeout),
+        requests: Requests::new(),
+        results: vec![],
+        ending: false,
+        paused: HashSet::new(),
+        last_host: None,
+        started: Instant::now(),
+    };
+    pass.send_all();
+    let mut results = pass.results;
     if prune_due() {
         session.step(|| prune(&settings));
     }
     results.retain(|r| r.requests > 0);
+    results.sort_by(|a, b| a.host.cmp(&b.host));
     results
 }
 
-/// Sends one claimed batch (or, in a dry run, decides on it) and records the answer. Returns the
-/// outcome, `None` for a dry run or a request the worker left because it was told to stop.
-fn push(
-    client: &Client,
-    settings: &Settings,
-    host: &Host,
-    claimed: &Claimed,
+/// One pass's sending: up to `max_in_flight` requests open at once, never two for one host, the
+/// hosts taken in turn.
+///
+/// A pass goes in rounds. Each round reads the hosts that have something due (so a host whose
+/// page changed during a long pass is in the next round) and claims one batch of each, starting
+/// after the host the last round ended with: a host with a backlog of a million URLs sends one
+/// batch a round like every other, and delays another host's changed page by at most a round of
+/// batches. A host whose request is open is left out of a round until its answer is recorded, so
+/// its URLs go out in order and each answer applies to the rows it was for. The pass ends when a
+/// round finds nothing to claim and nothing is in flight; after `naptime` it starts no new round
+/// (so that a stream of saves does not keep one pass going: the worker reloads its settings, ends
+/// pauses and prunes between passes, and starts the next at once when something is due); and it
+/// starts nothing more when it must (`ending`): a pause for all hosts (the requests already in
+/// flight are still answered and their answers recorded, each by its own class), another sender
+/// holding the pass lock, or the worker told to stop (the requests in flight are then left: their
+/// URLs stay due).
+struct Pass<'a> {
     session: Session,
-    result: &mut HostResult,
-) -> Option<Outcome> {
-    let started = Instant::now();
-    let decision = if settings.dry_run {
-        Decision::DryRun
-    } else {
-        let request = SubmitRequest {
-            host: host.host.clone(),
-            key: host.key.clone(),
-            key_location: host.key_location.clone(),
-            url_list: claimed.iter().map(|u| u.url.clone()).collect(),
-        };
-        session.report_activity(&format!(
-            "indexnow: sending {} URLs to {}",
-            claimed.len(),
-            host.host
-        ));
-        match submit(session, client, &settings.endpoint, request) {
-            Some(answer) => {
-                let outcome = classify(&answer, &settings.backoffs, SystemTime::now());
-                Decision::Answered(answer.status_code() as i32, outcome)
+    settings: &'a Settings,
+    client: Client,
+    requests: Requests<Batch>,
+    results: Vec<HostResult>,
+    /// Start nothing more: finish what is in flight.
+    ending: bool,
+    /// Hosts whose answer paused them during this pass.
+    paused: HashSet<String>,
+    /// The host of the last batch claimed: the next round starts after it.
+    last_host: Option<String>,
+    started: Instant,
+}
+
+/// One claimed batch of one host: what a request carries, and what recording its answer settles.
+struct Batch {
+    host: Host,
+    claimed: Claimed,
+}
+
+impl Pass<'_> {
+    fn send_all(&mut self) {
+        let mut rounds = 0;
+        while !self.ending && (rounds == 0 || self.started.elapsed() < self.settings.rounds_for) {
+            rounds += 1;
+            let mut progress = false;
+            for host in self.hosts_in_turn() {
+                while self.requests.len() >= self.settings.max_in_flight && !self.ending {
+                    self.take_an_answer();
+                }
+                if self.ending {
+                    break;
+                }
+                let busy = self.requests.any(|b| b.host.host == host.host);
+                if busy || self.paused.contains(&host.host) {
+                    continue;
+                }
+                progress |= self.send_a_batch(host);
             }
-            None => Decision::Left,
+            if !progress {
+                if self.requests.is_empty() {
+                    break;
+                }
+                self.take_an_answer(); // its host may have more
+            }
         }
-    };
-    let took = started.elapsed().as_secs_f64();
-    let record_started = Instant::now();
-    record_answer(session, &host.host, claimed, &decision, took);
-    log_request(&host.host, claimed.len(), &decision, took, settings);
-    debug2!(
-        "indexnow: request to {} took {took:.3} s, recording it {:?}",
-        host.host,
-        record_started.elapsed()
-    );
-    result.requests += 1;
-    result.url_count += claimed.len() as i64;
-    result.status = Some(decision.status());
-    let note = decision.note();
-    result.note = (!note.is_empty()).then_some(note);
-    match decision {
-        Decision::Answered(_, outcome) => Some(outcome),
-        Decision::DryRun | Decision::Left => None,
+        while !self.requests.is_empty() {
+            self.take_an_answer();
+        }
+    }
+
+    /// The hosts with something to send, in turn: after the one the last round ended with (a
+    /// worker's first round starts at a host of its own, so that several workers of a database
+    /// do not all walk the same host's index past each other's locked rows).
+    fn hosts_in_turn(&mut self) -> Vec<Host> {
+        if self.session.told_to_stop() {
+            self.ending = true;
+            return vec![];
+        }
+        let mut hosts = self.session.step(|| sendable_hosts(self.settings));
+        if hosts.is_empty() {
+            return hosts;
+        }
+        // In byte order, as `last_host` is compared (the query's order follows a collation).
+        hosts.sort_by(|a, b| a.host.cmp(&b.host));
+        let first = match (&self.last_host, self.session) {
+            (Some(last), _) => hosts.iter().position(|h| h.host > *last).unwrap_or(0),
+            (None, Session::Worker { sender }) => sender as usize % hosts.len(),
+            (None, Session::PushNow) => 0,
+        };
+        hosts.rotate_left(first);
+        hosts
+    }
+
+    /// Claims the host's next batch and starts its request (in a dry run, decides on it at once).
+    /// Whether anything was claimed.
+    fn send_a_batch(&mut self, host: Host) -> bool {
+        let (session, settings) = (self.session, self.settings);
+        let Some((taken, claimed)) = session.step(|| claim(session, settings, &host.host)) else {
+            self.ending = true; // another sender holds the pass lock: it does the work
+            return false;
+        };
+        if taken == 0 {
+            return false;
+        }
+        self.last_host = Some(host.host.clone());
+        if claimed.is_empty() {
+            return true; // the whole batch was scheduled pages the re-read took out
+        }
+        let batch = Batch { host, claimed };
+        if settings.dry_run {
+            self.settle(batch, Decision::DryRun, Duration::ZERO);
+            return true;
+        }
+        let request = SubmitRequest {
+            host: batch.host.host.clone(),
+            key: batch.host.key.clone(),
+            key_location: batch.host.key_location.clone(),
+            url_list: batch.claimed.iter().map(|u| u.url.clone()).collect(),
+        };
+        self.requests
+            .start(&self.client, &settings.endpoint, request, batch);
+        self.report_activity();
+        true
+    }
+
+    /// Waits for the next answer and records it; a worker told to stop meanwhile leaves every
+    /// request in flight.
+    fn take_an_answer(&mut self) {
+        let session = self.session;
+        let answered = self.requests.next_answer(|| {
+            if session == Session::PushNow {
+                // A cancel or statement_timeout of the caller ends its call (nothing recorded:
+                // the transaction aborts and the URLs stay due).
+                pgrx::check_for_interrupts!();
+            }
+            session.told_to_stop()
+        });
+        match answered {
+            Some(a) => {
+                let status = a.answer.status_code() as i32;
+                let outcome = classify(&a.answer, &self.settings.backoffs, SystemTime::now());
+                self.settle(a.what, Decision::Answered(status, outcome), a.took);
+            }
+            None => {
+                self.ending = true;
+                for (batch, took) in self.requests.leave_all() {
+                    self.settle(batch, Decision::Left, took);
+                }
+            }
+        }
+        self.report_activity();
+    }
+
+    /// Records what became of a batch: its rows, a pause, the history row, the log line, and
+    /// the host's result.
+    fn settle(&mut self, batch: Batch, decision: Decision, took: Duration) {
+        let (host, n) = (batch.host.host.as_str(), batch.claimed.len());
+        let took = took.as_secs_f64();
+        let record_started = Instant::now();
+        record_answer(self.session, host, &batch.claimed, &decision, took);
+        log_request(host, n, &decision, took, self.settings);
+        debug2!(
+            "indexnow: request to {host} took {took:.3} s, recording it {:?}",
+            record_started.elapsed()
+        );
+        let result = match self.results.iter().position(|r| r.host == host) {
+            Some(at) => &mut self.results[at],
+            None => {
+                self.results.push(HostResult {
+                    host: host.to_string(),
+                    ..Default::default()
+                });
+                self.results.last_mut().unwrap()
+            }
+        };
+        result.requests += 1;
+        result.url_count += n as i64;
+        result.status = Some(decision.status());
+        let note = decision.note();
+        result.note = (!note.is_empty()).then_some(note);
+        match decision {
+            Decision::Answered(_, Outcome::PauseAll { .. }) => self.ending = true,
+            Decision::Answered(_, Outcome::PauseHost { .. }) => {
+                self.paused.insert(host.to_string());
+            }
+            _ => {}
+        }
+    }
+
+    /// What `pg_stat_activity` shows the worker doing while requests are in flight.
+    fn report_activity(&self) {
+        let open: Vec<(&str, usize)> = self
+            .requests
+            .iter()
+            .map(|b| (b.host.host.as_str(), b.claimed.len()))
+            .collect();
+        match open.as_slice() {
+            [] => {}
+            [(host, n)] => self
+                .session
+                .report_activity(&format!("indexnow: sending {n} URLs to {host}")),
+            many => self.session.report_activity(&format!(
+                "indexnow: sending {} URLs to {} hosts",
+                many.iter().map(|(_, n)| n).sum::<usize>(),
+                many.len()
+            )),
+        }
     }
 }
 
@@ -452,73 +579,6 @@ pub fn end_pauses_over() {
             status.unwrap_or(0)
         );
     }
-}
-
-/// Makes one request. A caller's session waits for it. A worker must get out of the way at once
-/// when told to stop, whatever the request is doing (a `DROP DATABASE` waits for it, and an
-/// endpoint that hangs holds a request up to `http_timeout`): the request runs in a thread of its
-/// own, which touches nothing of PostgreSQL's, while the worker waits for it or for SIGTERM.
-/// `None` when the worker left the request.
-fn submit(
-    session: Session,
-    client: &Client,
-    endpoint: &str,
-    request: SubmitRequest,
-) -> Option<indexnow_protocol::Answer> {
-    if session == Session::PushNow {
-        return Some(client.submit(endpoint, &request));
-    }
-    let (answered, answer) = std::sync::mpsc::channel();
-    let (client, endpoint) = (client.clone(), endpoint.to_string());
-    let started = without_signals(|| {
-        std::thread::Builder::new()
-            .name("indexnow request".into())
-            .spawn(move || {
-                let _ = answered.send(client.submit(&endpoint, &request));
-            })
-    });
-    if let Err(e) = started {
-        return Some(indexnow_protocol::Answer::NoConnection(format!(
-            "could not start the request's thread: {e}"
-        )));
-    }
-    loop {
-        match answer.recv_timeout(Duration::from_millis(20)) {
-            Ok(answer) => return Some(answer),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Some(indexnow_protocol::Answer::NoConnection(
-                    "the request's thread ended without an answer".into(),
-                ))
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if session.told_to_stop() {
-                    return None; // the thread ends with the process
-                }
-            }
-        }
-    }
-}
-
-/// Runs `f` (which starts a thread) with every signal blocked, so that the new thread, which
-/// inherits the mask, never runs PostgreSQL's signal handlers: they belong to the main thread.
-/// The mask is put back however `f` ends.
-fn without_signals<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(libc::sigset_t);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: puts back the mask saved below.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-        }
-    }
-    // SAFETY: plain POSIX calls on masks owned here.
-    let _restore = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut before: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-        Restore(before)
-    };
-    f()
 }
 
 pub(crate) fn now() -> TimestampWithTimeZone {

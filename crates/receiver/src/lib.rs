@@ -12,8 +12,10 @@
 //! (a JSON array), else the default answer (`PUT /__default`, initially 200). An answer is
 //! `{"status": 429, "retry_after": "120", "body": "..."}`, `{"hang_ms": 5000}` (answer 200 after
 //! that long) or `{"drop": true}` (no HTTP answer at all: the exchange breaks off, see
-//! [`Reply::Drop`]). `GET /__received` lists every request (valid or not) with the answer it got;
-//! `POST /__reset` forgets requests, script and default.
+//! [`Reply::Drop`]). `PUT /__latency` with `{"ms": 50}` makes every answer wait that long before
+//! it goes out, `{"ms": 2000, "host": "slow.example.com"}` that host's (requests are served
+//! concurrently, each waiting on its own). `GET /__received` lists every request (valid or not)
+//! with the answer it got; `POST /__reset` forgets requests, script, default and latencies.
 //!
 //! A chaos mode ([`Receiver::set_chaos`], for soak runs) answers what the script does not with
 //! faults drawn at seeded rates: 429 with Retry-After, 500, a hang past the client's time limit,
@@ -150,6 +152,12 @@ struct State {
     received: Vec<Received>,
     /// Submissions that reached the receiver, answered yet or not (a hanging one counts).
     arrived: usize,
+    /// How long each answer waits before it goes out (a real endpoint takes tens to hundreds of
+    /// milliseconds), and per host (the request's `host`) when that host's differs.
+    latency: Duration,
+    host_latency: std::collections::HashMap<String, Duration>,
+    /// The answer to every submission for a host, before the script and the default.
+    host_reply: std::collections::HashMap<String, Reply>,
 }
 
 pub struct Receiver {
@@ -228,6 +236,30 @@ impl Receiver {
         self.state.lock().unwrap().default = reply;
     }
 
+    /// Every answer from now on waits `latency` before it goes out (the requests are served
+    /// concurrently: each waits on its own).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state.lock().unwrap().latency = latency;
+    }
+
+    /// The submissions for `host` wait `latency` instead.
+    pub fn set_host_latency(&self, host: &str, latency: Duration) {
+        self.state
+            .lock()
+            .unwrap()
+            .host_latency
+            .insert(host.to_string(), latency);
+    }
+
+    /// Every submission for `host` is answered with `reply` (before the script and the default).
+    pub fn set_host_reply(&self, host: &str, reply: Reply) {
+        self.state
+            .lock()
+            .unwrap()
+            .host_reply
+            .insert(host.to_string(), reply);
+    }
+
     /// Answers with seeded faults from now on (`None`: as scripted again).
     pub fn set_chaos(&self, chaos: Option<Chaos>) {
         self.state.lock().unwrap().chaos = chaos.map(|c| {
@@ -264,6 +296,13 @@ fn text(status: u16, body: impl Into<String>) -> Response<std::io::Cursor<Vec<u8
     Response::from_string(body.into()).with_status_code(status)
 }
 
+/// The body of `PUT /__latency`.
+#[derive(Deserialize)]
+struct Latency {
+    ms: u64,
+    host: Option<String>,
+}
+
 fn handle(mut request: Request, state: &Mutex<State>) {
     let mut body = String::new();
     if request.as_reader().read_to_string(&mut body).is_err() {
@@ -288,6 +327,20 @@ fn handle(mut request: Request, state: &Mutex<State>) {
             }
             Err(e) => text(400, e.to_string()),
         },
+        (Method::Put, "/__latency") => match serde_json::from_str::<Latency>(&body) {
+            Ok(Latency { ms, host }) => {
+                let mut s = state.lock().unwrap();
+                let latency = Duration::from_millis(ms);
+                match host {
+                    Some(host) => {
+                        s.host_latency.insert(host, latency);
+                    }
+                    None => s.latency = latency,
+                }
+                text(200, "latency set")
+            }
+            Err(e) => text(400, e.to_string()),
+        },
         (Method::Get, "/__received") => {
             let received = state.lock().unwrap().received.clone();
             text(200, serde_json::to_string(&received).unwrap())
@@ -307,10 +360,18 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let checked = check(header(&request, "Content-Type"), body);
-    let (reply, record) = {
+    let (reply, record, latency) = {
         let mut s = state.lock().unwrap();
         s.arrived += 1;
+        let host = checked
+            .as_ref()
+            .ok()
+            .map(|r| r.host.clone())
+            .unwrap_or_default();
+        let latency = s.host_latency.get(&host).copied().unwrap_or(s.latency);
+        let for_host = s.host_reply.get(&host).cloned();
         let (reply, fault) = match &checked {
+            Ok(_) if for_host.is_some() => (for_host.unwrap(), None),
             Ok(_) => match s.script.pop_front() {
                 Some(reply) => (reply, None),
                 None => match &mut s.chaos {
@@ -346,8 +407,10 @@ fn submission(request: Request, body: &str, state: &Mutex<State>) {
                 arrived_at,
                 fault: fault.map(str::to_string),
             },
+            latency,
         )
     };
+    std::thread::sleep(latency);
     let response = match reply {
         Reply::Drop { .. } => {
             state.lock().unwrap().received.push(record);
@@ -505,6 +568,59 @@ mod tests {
     }
 
     #[test]
+    fn a_host_can_have_its_own_answer_and_latency_and_slow_answers_overlap() {
+        let r = Receiver::start("127.0.0.1:0").unwrap();
+        r.set_latency(Duration::from_millis(300));
+        r.set_host_latency("fast.example.com", Duration::ZERO);
+        r.set_host_reply(
+            "fast.example.com",
+            Reply::Status {
+                status: 429,
+                retry_after: Some("60".into()),
+                body: String::new(),
+            },
+        );
+        let started = std::time::Instant::now();
+        let slow: Vec<_> = (0..4)
+            .map(|_| {
+                let (endpoint, ok) = (
+                    r.endpoint(),
+                    body("www.example.com", &urls("www.example.com", 1)),
+                );
+                std::thread::spawn(move || {
+                    agent(5_000)
+                        .post(&endpoint)
+                        .header("Content-Type", "application/json")
+                        .send(&ok)
+                        .map(|r| r.status().as_u16())
+                        .unwrap()
+                })
+            })
+            .collect();
+        let fast = post(
+            &agent(5_000),
+            &r,
+            &body("fast.example.com", &urls("fast.example.com", 1)),
+        )
+        .unwrap();
+        assert_eq!(fast, (429, Some("60".into())));
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "the fast host waits for no one"
+        );
+        for s in slow {
+            assert_eq!(s.join().unwrap(), 200);
+        }
+        // Four answers of 300 ms each, served at once: not one after another (1.2 s).
+        assert!(
+            started.elapsed() < Duration::from_millis(1_000),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(r.received().len(), 5);
+    }
+
+    #[test]
     fn a_hanging_answer_times_the_client_out_and_holds_up_no_one_else() {
         let r = Receiver::start("127.0.0.1:0").unwrap();
         r.script([Reply::Hang { hang_ms: 3_000 }]);
@@ -565,6 +681,14 @@ mod tests {
         let listed: Vec<Received> =
             serde_json::from_str(&listed.body_mut().read_to_string().unwrap()).unwrap();
         assert_eq!(listed.len(), 3);
+        let s = a
+            .put(&format!("{base}/__latency"))
+            .send(r#"{"ms": 300, "host": "www.example.com"}"#)
+            .unwrap();
+        assert_eq!(s.status().as_u16(), 200);
+        let started = std::time::Instant::now();
+        assert_eq!(post(&a, &r, &ok).unwrap().0, 202);
+        assert!(started.elapsed() >= Duration::from_millis(300));
         a.post(&format!("{base}/__reset")).send("").unwrap();
         assert!(r.received().is_empty());
         assert_eq!(

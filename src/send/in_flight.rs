@@ -1,0 +1,147 @@
+//! Requests in flight: each runs in a thread of its own, which makes one HTTP exchange and
+//! touches nothing of PostgreSQL's; its answer comes back over one channel to the sender's own
+//! thread, which records it. So a sender keeps several requests open at once (each for another
+//! host: `super::Pass` sees to that), and a worker told to stop gets out of the way at once,
+//! whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint that hangs
+//! holds a request up to `http_timeout`).
+
+use indexnow_protocol::client::Client;
+use indexnow_protocol::{Answer, SubmitRequest};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+/// How often a sender waiting for answers looks whether it must stop.
+const LOOK_EVERY: Duration = Duration::from_millis(20);
+
+/// The requests a sender has open; `T` is what it needs to record each answer.
+pub struct Requests<T> {
+    send_answer: Sender<(u64, Answer)>,
+    answers: Receiver<(u64, Answer)>,
+    open: Vec<Open<T>>,
+    next_id: u64,
+}
+
+struct Open<T> {
+    id: u64,
+    what: T,
+    started: Instant,
+}
+
+/// An answer, with what its request was for and how long it took.
+pub struct Answered<T> {
+    pub what: T,
+    pub answer: Answer,
+    pub took: Duration,
+}
+
+impl<T> Requests<T> {
+    pub fn new() -> Requests<T> {
+        let (send_answer, answers) = channel();
+        Requests {
+            send_answer,
+            answers,
+            open: vec![],
+            next_id: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Whether a request for which `is` holds is open.
+    pub fn any(&self, is: impl Fn(&T) -> bool) -> bool {
+        self.open.iter().any(|o| is(&o.what))
+    }
+
+    /// What the open requests are for.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.open.iter().map(|o| &o.what)
+    }
+
+    /// Starts `request` to `endpoint`; `what` comes back with its answer.
+    pub fn start(&mut self, client: &Client, endpoint: &str, request: SubmitRequest, what: T) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.open.push(Open {
+            id,
+            what,
+            started: Instant::now(),
+        });
+        let send_answer = self.send_answer.clone();
+        let (client, endpoint) = (client.clone(), endpoint.to_string());
+        let started = without_signals(|| {
+            std::thread::Builder::new()
+                .name("indexnow request".into())
+                .spawn(move || {
+                    // The sender may have stopped waiting (told to stop): then nobody listens.
+                    let _ = send_answer.send((id, client.submit(&endpoint, &request)));
+                })
+        });
+        if let Err(e) = started {
+            let _ = self.send_answer.send((
+                id,
+                Answer::NoConnection(format!("could not start the request's thread: {e}")),
+            ));
+        }
+    }
+
+    /// Waits for the next answer. `None` when `stop()` became true first: the requests stay
+    /// open (see [`Requests::leave_all`]).
+    pub fn next_answer(&mut self, stop: impl Fn() -> bool) -> Option<Answered<T>> {
+        loop {
+            match self.answers.recv_timeout(LOOK_EVERY) {
+                Ok((id, answer)) => {
+                    let Some(at) = self.open.iter().position(|o| o.id == id) else {
+                        continue; // of a request already left
+                    };
+                    let open = self.open.swap_remove(at);
+                    return Some(Answered {
+                        what: open.what,
+                        answer,
+                        took: open.started.elapsed(),
+                    });
+                }
+                Err(RecvTimeoutError::Timeout) if stop() => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+                // Never: `self` keeps a sender of its own.
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Gives up every open request without its answer (each thread ends with the process or
+    /// when its exchange does): what they were for, and how long each had run.
+    pub fn leave_all(&mut self) -> Vec<(T, Duration)> {
+        self.open
+            .drain(..)
+            .map(|o| (o.what, o.started.elapsed()))
+            .collect()
+    }
+}
+
+/// Runs `f` (which starts a thread) with every signal blocked, so that the new thread, which
+/// inherits the mask, never runs PostgreSQL's signal handlers: they belong to the main thread.
+/// The mask is put back however `f` ends.
+fn without_signals<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(libc::sigset_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: puts back the mask saved below.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        }
+    }
+    // SAFETY: plain POSIX calls on masks owned here.
+    let _restore = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        Restore(before)
+    };
+    f()
+}

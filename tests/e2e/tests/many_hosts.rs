@@ -1,0 +1,263 @@
+//! Many hosts in one database, end to end: requests for several hosts in flight together (never
+//! two for one host), a pause ordered mid-flight, and hosts taken in turn so that one host's
+//! backlog does not hold up another's page. The local receiver answers each request after a
+//! latency, as a real endpoint does, serving them concurrently.
+
+use indexnow_e2e::{count, sending_conf, wait_until, wait_until_settled, Cluster, Options};
+use indexnow_receiver::{Received, Receiver, Reply};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const SECONDS: fn(u64) -> Duration = Duration::from_secs;
+
+fn started(receiver: &Receiver, extra: &[&str]) -> Cluster {
+    Cluster::start(Options {
+        preload: true,
+        conf: sending_conf(&receiver.endpoint(), extra),
+    })
+}
+
+/// Adds `hosts` (each with a key of its own) and queues `per_host` URLs of each, in one
+/// transaction: the worker wakes at its commit.
+fn queue(db: &mut postgres::Client, hosts: &[&str], per_host: i32) {
+    let hosts = hosts.join(",");
+    db.batch_execute(&format!(
+        "BEGIN; \
+         SELECT indexnow_add_host(h, 'key' || md5(h)) FROM unnest('{{{hosts}}}'::text[]) h; \
+         SELECT indexnow_queue('https://' || h || '/page/' || g) \
+           FROM unnest('{{{hosts}}}'::text[]) h, generate_series(1, {per_host}) g; \
+         COMMIT;"
+    ))
+    .unwrap();
+}
+
+fn host_of(r: &Received) -> &str {
+    &r.request.as_ref().unwrap().host
+}
+
+/// The most requests open at once, each taken as open from its arrival for `latency`.
+fn most_at_once(received: &[Received], latency: f64) -> usize {
+    received
+        .iter()
+        .map(|r| {
+            received
+                .iter()
+                .filter(|o| o.arrived_at <= r.arrived_at && r.arrived_at < o.arrived_at + latency)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Every URL the receiver accepted, with how many times.
+fn accepted(received: &[Received]) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for r in received.iter().filter(|r| r.status == 200) {
+        for url in &r.request.as_ref().unwrap().url_list {
+            *seen.entry(url.clone()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+#[test]
+fn requests_for_several_hosts_are_in_flight_together_and_never_two_for_one_host() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let latency = 0.4;
+    receiver.set_latency(Duration::from_secs_f64(latency));
+    let cluster = started(
+        &receiver,
+        &["indexnow.batch_size = 2", "indexnow.max_in_flight = 3"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    let hosts = [
+        "a.example.com",
+        "b.example.com",
+        "c.example.com",
+        "d.example.com",
+        "e.example.com",
+    ];
+    queue(&mut db, &hosts, 4);
+    wait_until_settled(&mut db, "every URL is sent", SECONDS(30));
+
+    let received = receiver.received();
+    assert_eq!(
+        received.len(),
+        10,
+        "two batches of two for each of five hosts"
+    );
+    let seen = accepted(&received);
+    assert_eq!(seen.len(), 20, "every URL arrived");
+    assert!(seen.values().all(|n| *n == 1), "none twice: {seen:?}");
+    let at_once = most_at_once(&received, latency);
+    assert_eq!(at_once, 3, "three requests in flight at once, never more");
+    for host in hosts {
+        let mut arrivals: Vec<f64> = received
+            .iter()
+            .filter(|r| host_of(r) == host)
+            .map(|r| r.arrived_at)
+            .collect();
+        arrivals.sort_by(f64::total_cmp);
+        assert_eq!(arrivals.len(), 2, "{host}");
+        assert!(
+            arrivals[1] - arrivals[0] >= latency,
+            "{host}'s second request started before the first was answered: {arrivals:?}"
+        );
+    }
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_pushes WHERE status = 200"
+        ),
+        10,
+        "every request recorded"
+    );
+}
+
+#[test]
+fn a_pause_ordered_mid_flight_stops_new_requests_and_every_answer_in_flight_is_recorded() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    receiver.set_latency(Duration::from_millis(800));
+    // The third host's answer comes at once, while the first two are still in flight.
+    receiver.set_host_latency("b-throttled.example.com", Duration::ZERO);
+    receiver.set_host_reply(
+        "b-throttled.example.com",
+        Reply::Status {
+            status: 429,
+            retry_after: Some("60".into()),
+            body: String::new(),
+        },
+    );
+    let cluster = started(&receiver, &["indexnow.max_in_flight = 3"]);
+    let mut db = cluster.create_db_with_extension("site");
+    let hosts = [
+        "a1.example.com",
+        "a2.example.com",
+        "b-throttled.example.com",
+        "c1.example.com",
+        "c2.example.com",
+    ];
+    queue(&mut db, &hosts, 2);
+    wait_until("the requests in flight are recorded", SECONDS(20), || {
+        count(&mut db, "SELECT count(*) FROM indexnow_pushes") == 3
+    });
+    std::thread::sleep(SECONDS(2)); // several passes: the pause holds
+
+    let received = receiver.received();
+    let arrived = |host: &str| {
+        received
+            .iter()
+            .find(|r| host_of(r) == host)
+            .map(|r| r.arrived_at)
+            .unwrap()
+    };
+    let throttled = arrived("b-throttled.example.com");
+    for host in ["a1.example.com", "a2.example.com"] {
+        assert!(
+            throttled < arrived(host) + 0.8,
+            "{host}'s request was in flight when the 429 came"
+        );
+    }
+    let mut requested: Vec<&str> = received.iter().map(host_of).collect();
+    requested.sort();
+    assert_eq!(
+        requested,
+        [
+            "a1.example.com",
+            "a2.example.com",
+            "b-throttled.example.com"
+        ],
+        "no request started after the 429"
+    );
+    let status_of = |db: &mut postgres::Client, host: &str| -> (i64, i64) {
+        let row = db
+            .query_one(
+                "SELECT count(*) FILTER (WHERE request_seq > settled_seq), \
+                        count(*) FILTER (WHERE last_pushed_at IS NOT NULL) \
+                   FROM indexnow_urls WHERE host = $1",
+                &[&host],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    // Answered 200 while the pause was being written: recorded as pushed.
+    assert_eq!(status_of(&mut db, "a1.example.com"), (0, 2));
+    assert_eq!(status_of(&mut db, "a2.example.com"), (0, 2));
+    // Throttled and never requested: still due, nothing lost.
+    for host in [
+        "b-throttled.example.com",
+        "c1.example.com",
+        "c2.example.com",
+    ] {
+        assert_eq!(status_of(&mut db, host), (2, 0), "{host}");
+    }
+    let pushes: Vec<(String, i32)> = db
+        .query(
+            "SELECT host, status FROM indexnow_pushes ORDER BY host",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        pushes,
+        [
+            ("a1.example.com".to_string(), 200),
+            ("a2.example.com".to_string(), 200),
+            ("b-throttled.example.com".to_string(), 429)
+        ]
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_backoff WHERE scope = '*'"
+        ),
+        1,
+        "the pause holds every host"
+    );
+    assert!(accepted(&received).values().all(|n| *n == 1));
+}
+
+#[test]
+fn a_host_with_a_backlog_does_not_hold_up_another_hosts_page() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    receiver.set_latency(Duration::from_millis(150));
+    // One request at a time: the order of the requests is the order the pass takes the hosts in.
+    let cluster = started(
+        &receiver,
+        &["indexnow.batch_size = 2", "indexnow.max_in_flight = 1"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    queue(&mut db, &["big.example.com"], 40); // 20 batches, 3 s at the least
+    wait_until("the backlog is being sent", SECONDS(20), || {
+        receiver.received().len() >= 3
+    });
+    queue(&mut db, &["small.example.com"], 1);
+    let queued_after = receiver.received().len();
+    wait_until("the other host's page is sent", SECONDS(20), || {
+        receiver
+            .received()
+            .iter()
+            .any(|r| host_of(r) == "small.example.com")
+    });
+    let received = receiver.received();
+    let small = received
+        .iter()
+        .position(|r| host_of(r) == "small.example.com")
+        .unwrap();
+    assert!(
+        small <= queued_after + 2,
+        "the page waited for {} of the backlog's batches",
+        small - queued_after
+    );
+    wait_until_settled(&mut db, "the backlog is sent", SECONDS(30));
+    let received = receiver.received();
+    assert!(
+        received[small + 1..]
+            .iter()
+            .any(|r| host_of(r) == "big.example.com"),
+        "taken in turn: the backlog goes on after the page"
+    );
+    assert_eq!(received.len(), 21);
+}
