@@ -59,6 +59,34 @@ pub struct Registry {
     /// Bumped at the commit of every `CREATE EXTENSION indexnow`.
     generation: u64,
     slots: [Slot; MAX_WORKERS],
+    /// Databases wanted alone (see [`stop_workers`]): the database, and until when (a
+    /// `TimestampTz`) no worker may enter it.
+    alone: [(u32, i64); MAX_ALONE],
+}
+
+/// How many databases can be wanted alone at once (each for [`ALONE_FOR_US`]); one more takes
+/// the place of the entry that ends first.
+const MAX_ALONE: usize = 16;
+
+/// How long a database whose workers were stopped gets none: as long as the launcher leaves it
+/// alone (`LEAVE_ALONE_FOR` in `worker/mod.rs`), in microseconds.
+const ALONE_FOR_US: i64 = 60_000_000;
+
+impl Registry {
+    fn wanted_alone(&self, db: u32) -> bool {
+        let now = unsafe { pg_sys::GetCurrentTimestamp() };
+        self.alone.iter().any(|&(d, until)| d == db && until > now)
+    }
+
+    fn leave_alone(&mut self, db: u32) {
+        let until = unsafe { pg_sys::GetCurrentTimestamp() } + ALONE_FOR_US;
+        let at = self
+            .alone
+            .iter()
+            .position(|&(d, _)| d == db)
+            .unwrap_or_else(|| (0..MAX_ALONE).min_by_key(|&i| self.alone[i].1).unwrap_or(0));
+        self.alone[at] = (db, until);
+    }
 }
 
 impl Default for Registry {
@@ -75,6 +103,7 @@ impl Default for Registry {
                 state: State::Free,
                 dry_run: false,
             }; MAX_WORKERS],
+            alone: [(0, 0); MAX_ALONE],
         }
     }
 }
@@ -121,10 +150,14 @@ pub fn bump_generation() {
 }
 
 /// Takes the slot of worker `sender` of `db` for this process. `false` when another live worker
-/// has it (the launcher started two) or no slot is free.
+/// has it (the launcher started two), no slot is free, or the database is wanted alone (a worker
+/// that connected while a `CREATE DATABASE ... TEMPLATE` of it began must leave at once).
 pub fn enter(db: u32, sender: u32) -> bool {
     let pid = unsafe { pg_sys::MyProcPid };
     let mut r = REGISTRY.exclusive();
+    if r.wanted_alone(db) {
+        return false;
+    }
     let mine = |s: &Slot| s.state != State::Free && s.db == db && s.sender == sender;
     if let Some(s) = r.slots.iter().find(|s| mine(s)) {
         if s.pid != pid && process_alive(s.pid) {
@@ -190,17 +223,27 @@ pub fn exit_reason(db: u32) -> Option<State> {
         .map(|s| s.state)
 }
 
-/// Asks the workers of `db` to stop, and waits up to five seconds for them to go.
+/// Asks the workers of `db` to stop, and waits up to five seconds for them to go. The database
+/// is wanted alone from now on: a worker that is starting (connected, or about to) and has not
+/// entered the registry yet leaves as soon as it tries, and the launcher starts none for a while.
+/// One lock for both, so a worker either entered before (and is stopped here) or sees the mark.
 pub fn stop_workers(db: u32) {
-    let workers = workers_of(db);
-    {
+    let workers: Vec<Slot> = {
         let mut r = REGISTRY.exclusive();
+        r.leave_alone(db);
+        let workers: Vec<Slot> = r
+            .slots
+            .iter()
+            .filter(|s| s.state != State::Free && s.db == db && process_alive(s.pid))
+            .copied()
+            .collect();
         for s in r.slots.iter_mut() {
             if s.db == db && workers.iter().any(|w| w.pid == s.pid) {
                 s.state = State::Stopped;
             }
         }
-    }
+        workers
+    };
     for w in &workers {
         unsafe { libc_kill(w.pid, pg_sys::SIGTERM as i32) };
     }
@@ -231,6 +274,11 @@ pub fn workers_of(db: u32) -> Vec<Slot> {
         .collect();
     workers.sort_by_key(|s| s.sender);
     workers
+}
+
+/// Whether `db` is wanted alone (see [`stop_workers`]): no worker is started for it.
+pub fn wanted_alone(db: u32) -> bool {
+    available() && REGISTRY.share().wanted_alone(db)
 }
 
 /// Whether worker `sender` of `db` is alive.

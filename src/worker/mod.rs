@@ -165,6 +165,9 @@ impl Launcher {
                     continue;
                 }
             }
+            if registry::wanted_alone(db) {
+                continue; // being dropped, renamed, moved or copied (worker/ddl.rs)
+            }
             self.left_alone.remove(&db);
             for sender in 0..senders {
                 // (a worker started by an earlier launcher process, which exited with an ERROR

@@ -145,6 +145,22 @@ fn held_until_confirmed(copy: &mut postgres::Client, receiver: &Receiver) {
     assert_eq!(held, None);
 }
 
+/// `CREATE DATABASE ... TEMPLATE` right after `CREATE EXTENSION`, while the database's worker is
+/// starting (connected, or about to be, and not yet known to the registry): the worker leaves at
+/// once instead of holding the copy up ("source database is being accessed by other users").
+#[test]
+fn a_template_copy_right_after_create_extension_is_not_held_up_by_a_starting_worker() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver);
+    let mut admin = cluster.connect("postgres");
+    for i in 0..4 {
+        drop(cluster.create_db_with_extension(&format!("fresh{i}")));
+        admin
+            .batch_execute(&format!("CREATE DATABASE copy{i} TEMPLATE fresh{i}"))
+            .unwrap_or_else(|e| panic!("copy {i}: {e}"));
+    }
+}
+
 #[test]
 fn a_template_copy_sends_nothing_until_confirmed() {
     let receiver = receiver();
