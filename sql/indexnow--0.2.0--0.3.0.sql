@@ -74,3 +74,72 @@ BEGIN
     END LOOP;
 END
 $statements$;
+
+-- The key's state, per host (crates/protocol/src/response.rs, key_state). A host of an upgraded
+-- database starts as 'unused': its next answer says what the key is.
+ALTER TABLE @extschema@.indexnow_hosts
+    ADD COLUMN key_state text NOT NULL DEFAULT 'unused'
+        CHECK (key_state IN ('unused', 'pending', 'verified', 'rejected')),
+    ADD COLUMN key_state_at timestamptz,
+    ADD COLUMN key_state_note text;
+
+-- indexnow_status() gains three columns: key_state, key_state_at, key_state_note. A function's
+-- result columns cannot be changed in place, so it is dropped and created again, as in
+-- 0.1.0 -> 0.2.0: the EXECUTE grants roles were given on it are put back and kept out of the
+-- extension's initial privileges, so that pg_dump still dumps them.
+DO $upgrade$
+DECLARE
+    grants text[];
+    initial pg_catalog.aclitem[];
+BEGIN
+    SELECT pg_catalog.array_agg(pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s',
+                                p.oid::pg_catalog.regprocedure,
+                                CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                     ELSE a.grantee::pg_catalog.regrole::text END,
+                                CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END))
+      INTO grants
+      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     WHERE p.oid = '@extschema@.indexnow_status()'::pg_catalog.regprocedure
+       AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
+
+    DROP FUNCTION @extschema@.indexnow_status();
+    CREATE FUNCTION @extschema@."indexnow_status"() RETURNS TABLE (
+        "host" TEXT,
+        "has_key" bool,
+        "enabled" bool,
+        "pending" bigint,
+        "due_now" bigint,
+        "failed" bigint,
+        "next_due_at" timestamp with time zone,
+        "last_push_at" timestamp with time zone,
+        "last_status" INT,
+        "backoff_until" timestamp with time zone,
+        "held" TEXT,
+        "worker" TEXT,
+        "oldest_due_age" interval,
+        "dry_run" bool,
+        "key_state" TEXT,
+        "key_state_at" timestamp with time zone,
+        "key_state_note" TEXT
+    )
+    STRICT VOLATILE PARALLEL UNSAFE
+    LANGUAGE c
+    AS 'MODULE_PATHNAME', 'indexnow_status_wrapper';
+    REVOKE ALL ON FUNCTION @extschema@.indexnow_status() FROM PUBLIC;
+    ALTER FUNCTION @extschema@.indexnow_status() SECURITY DEFINER
+        SET search_path = @extschema@, pg_temp SET max_parallel_workers_per_gather = 0 SET jit = off;
+
+    SELECT i.initprivs INTO initial FROM pg_catalog.pg_init_privs i
+     WHERE i.objoid = '@extschema@.indexnow_status()'::pg_catalog.regprocedure
+       AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+    IF grants IS NOT NULL THEN
+        FOR i IN 1 .. pg_catalog.array_length(grants, 1) LOOP
+            EXECUTE grants[i];
+        END LOOP;
+        -- A GRANT inside an extension script counts as the extension's own; these are the users'.
+        UPDATE pg_catalog.pg_init_privs SET initprivs = initial
+         WHERE objoid = '@extschema@.indexnow_status()'::pg_catalog.regprocedure
+           AND classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND objsubid = 0;
+    END IF;
+END
+$upgrade$;

@@ -13,7 +13,15 @@ CREATE TABLE indexnow_hosts (
     -- another cluster, or CREATE DATABASE ... TEMPLATE) carries the row but is not its home, and
     -- sends nothing for the host until an administrator confirms it (see src/hosts.rs).
     home_system   bigint NOT NULL,
-    home_database oid NOT NULL
+    home_database oid NOT NULL,
+    -- The key's state as the endpoint's answers reveal it (crates/protocol/src/response.rs,
+    -- key_state): unused (no answer since the key was set), pending (202, or 403
+    -- SiteVerificationNotCompleted), verified (200), rejected (another 403, or a 422 naming the
+    -- key); since when, and the answer that said so.
+    key_state      text NOT NULL DEFAULT 'unused'
+                   CHECK (key_state IN ('unused', 'pending', 'verified', 'rejected')),
+    key_state_at   timestamptz,
+    key_state_note text
 );
 
 -- The queue: one row per URL, ever. A row is never deleted by sending; it keeps the URL's history

@@ -66,11 +66,14 @@ pub fn held_sql(name: &str, sending_on: &str) -> String {
 
 /// Add a host with its key, or replace the key of a host already added. A new key keeps what
 /// was set for the host: whether it is enabled, and its key location unless a new one is given
-/// (`indexnow_set_key_location()` removes it). Replacing the key requests again the host's URLs
-/// that failed because of the old one (`KEY_FAILED_SQL`): they were failed "until requested
-/// again", and a key rotation is what asks for them again.
+/// (`indexnow_set_key_location()` removes it). A new key is `unused` until an answer says more
+/// (`indexnow_hosts.key_state`). Replacing the key requests again the host's URLs that failed
+/// because of the old one (`KEY_FAILED_SQL`): they were failed "until requested again", and a
+/// key rotation is what asks for them again.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
+    // It writes the key's state, a column of this release's table.
+    crate::extension::require_current_version();
     let host = normal_host(host);
     indexnow_protocol::check_key(key)
         .unwrap_or_else(|e| invalid_parameter(format!("indexnow: key for {host}: {e}")));
@@ -95,7 +98,11 @@ fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>,
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (host) DO UPDATE \
             SET key = excluded.key, \
-                key_location = coalesce(excluded.key_location, h.key_location)",
+                key_location = coalesce(excluded.key_location, h.key_location), \
+                key_state = CASE WHEN h.key = excluded.key THEN h.key_state ELSE 'unused' END, \
+                key_state_at = CASE WHEN h.key = excluded.key THEN h.key_state_at \
+                                    ELSE clock_timestamp() END, \
+                key_state_note = CASE WHEN h.key = excluded.key THEN h.key_state_note END",
         &[
             host.as_str().into(),
             key.into(),

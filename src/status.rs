@@ -2,7 +2,8 @@
 //! this database is doing. With no host and nothing queued it returns one row whose `host` is
 //! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by,
 //! and says why a host sends nothing (`held`), when its next URL can go out, how long the URL due
-//! the longest has waited (what an alert watches), and whether sending is a dry run.
+//! the longest has waited (what an alert watches), whether sending is a dry run, and what the
+//! endpoint's answers revealed of the host's key.
 
 use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
@@ -25,6 +26,9 @@ struct HostStatus {
     worker: String,
     oldest_due_age: Option<Interval>,
     dry_run: bool,
+    key_state: Option<String>,
+    key_state_at: Option<TimestampWithTimeZone>,
+    key_state_note: Option<String>,
 }
 
 type StatusRow = (
@@ -42,6 +46,9 @@ type StatusRow = (
     String,
     Option<Interval>,
     bool,
+    Option<String>,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
 );
 
 impl HostStatus {
@@ -62,6 +69,9 @@ impl HostStatus {
             self.worker,
             self.oldest_due_age,
             self.dry_run,
+            self.key_state,
+            self.key_state_at,
+            self.key_state_note,
         )
     }
 }
@@ -85,6 +95,9 @@ fn indexnow_status() -> TableIterator<
         name!(worker, String),
         name!(oldest_due_age, Option<Interval>),
         name!(dry_run, bool),
+        name!(key_state, Option<String>),
+        name!(key_state_at, Option<TimestampWithTimeZone>),
+        name!(key_state_note, Option<String>),
     ),
 > {
     // The result's columns are those of this library's release: refused on a database whose
@@ -148,6 +161,9 @@ fn indexnow_status() -> TableIterator<
                     worker: worker.clone(),
                     oldest_due_age: r.get_by_name("oldest_due_age")?,
                     dry_run,
+                    key_state: r.get_by_name("key_state")?,
+                    key_state_at: r.get_by_name("key_state_at")?,
+                    key_state_note: r.get_by_name("key_state_note")?,
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()

@@ -20,7 +20,8 @@ hosts AS (
            coalesce(p.pending, 0) AS pending, coalesce(p.due_now, 0) AS due_now,
            coalesce(f.failed, 0) AS failed, p.first_due_at,
            {paused} AS backoff_until,
-           {held} AS held
+           {held} AS held,
+           h.key_state, h.key_state_at, h.key_state_note
       FROM names n
       LEFT JOIN indexnow_hosts h USING (host)
       LEFT JOIN pending p USING (host)
@@ -31,7 +32,8 @@ SELECT s.host, s.has_key, s.enabled, s.pending, s.due_now, s.failed,
        CASE WHEN s.held IS NULL AND s.first_due_at IS NOT NULL
             THEN greatest(s.first_due_at, s.backoff_until) END AS next_due_at,
        lp.pushed_at AS last_push_at, lp.status AS last_status, s.backoff_until, s.held,
-       CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END AS oldest_due_age
+       CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END AS oldest_due_age,
+       s.key_state, s.key_state_at, s.key_state_note
   FROM hosts s
   LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM indexnow_pushes x
                       WHERE x.host = s.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true

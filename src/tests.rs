@@ -765,3 +765,45 @@ fn the_documented_key_file_lookup_finds_the_key() {
     assert_eq!(lookup("www.example.com", "robots.txt"), None);
     assert_eq!(lookup("other.example.com", "servedkey-42.txt"), None);
 }
+
+/// The failures a new key requests again (`KEY_FAILED_SQL`, over the stored status and note) are
+/// the refusals whose answer rejects the key (`indexnow_protocol::key_state`): one rule in two
+/// forms, which must agree on every refusal.
+#[pg_test]
+fn a_key_failure_is_a_refusal_that_rejects_the_key() {
+    use indexnow_protocol::response::{classify, key_state, note, Answer, Backoffs, KeyState};
+    use indexnow_protocol::Outcome;
+    let backoffs = Backoffs {
+        throttled: std::time::Duration::from_secs(60),
+        unavailable: std::time::Duration::from_secs(60),
+    };
+    let refusals = [
+        (403, "key not valid"),
+        (403, ""),
+        (422, "The key does not match the key file"),
+        (422, "KeyLocation is not on the host"),
+        (422, "URLs do not belong to the host"),
+        (400, "Invalid format"),
+        (405, ""),
+    ];
+    for (code, body) in refusals {
+        let answer = Answer::Status {
+            code,
+            retry_after: None,
+            body: body.to_string(),
+        };
+        let outcome = classify(&answer, &backoffs, std::time::SystemTime::now());
+        assert!(matches!(outcome, Outcome::Refused { .. }), "{code} {body}");
+        let rust = key_state(&answer) == Some(KeyState::Rejected);
+        let sql = Spi::get_one_with_args::<bool>(
+            &format!(
+                "SELECT {} FROM (VALUES ($1::int, $2::text)) v (failed_status, failed_note)",
+                crate::queue::due::KEY_FAILED_SQL
+            ),
+            &[i32::from(code).into(), note(&code.to_string(), body).into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(sql, rust, "{code} {body}");
+    }
+}

@@ -40,7 +40,7 @@ use crate::queue::due::DueRule;
 use crate::queue::Reason;
 use in_flight::Requests;
 use indexnow_protocol::client::Client;
-use indexnow_protocol::{classify, Backoffs, Outcome, SubmitRequest};
+use indexnow_protocol::{classify, key_state, Backoffs, KeyState, Outcome, SubmitRequest};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use sql::{Locate, Settle};
@@ -413,7 +413,11 @@ impl Pass<'_> {
             Some(a) => {
                 let status = a.answer.status_code() as i32;
                 let outcome = classify(&a.answer, &self.settings.backoffs, SystemTime::now());
-                self.settle(a.what, Decision::Answered(status, outcome), a.took);
+                self.settle(
+                    a.what,
+                    Decision::Answered(status, outcome, key_state(&a.answer)),
+                    a.took,
+                );
             }
             None => {
                 self.ending = true;
@@ -453,8 +457,8 @@ impl Pass<'_> {
         let note = decision.note();
         result.note = (!note.is_empty()).then_some(note);
         match decision {
-            Decision::Answered(_, Outcome::PauseAll { .. }) => self.ending = true,
-            Decision::Answered(_, Outcome::PauseHost { .. }) => {
+            Decision::Answered(_, Outcome::PauseAll { .. }, _) => self.ending = true,
+            Decision::Answered(_, Outcome::PauseHost { .. }, _) => {
                 self.paused.insert(host.to_string());
             }
             _ => {}
@@ -487,7 +491,7 @@ enum Decision {
     /// A dry run decided on it: no request.
     DryRun,
     /// The endpoint answered (the HTTP status, 0 for none) and the answer means this.
-    Answered(i32, Outcome),
+    Answered(i32, Outcome, Option<KeyState>),
     /// The worker was told to stop (a `DROP DATABASE`, a shutdown) while the request was under
     /// way and left it: whether it arrived is not known, so the URLs stay due (at-least-once).
     Left,
@@ -496,7 +500,7 @@ enum Decision {
 impl Decision {
     fn status(&self) -> i32 {
         match self {
-            Decision::Answered(status, _) => *status,
+            Decision::Answered(status, ..) => *status,
             Decision::DryRun | Decision::Left => 0,
         }
     }
@@ -507,10 +511,10 @@ impl Decision {
             Decision::Left => "left: the worker was told to stop during the request; the URLs \
                                stay due"
                 .to_string(),
-            Decision::Answered(_, Outcome::Accepted) => String::new(),
-            Decision::Answered(_, Outcome::PauseAll { note, .. })
-            | Decision::Answered(_, Outcome::PauseHost { note, .. })
-            | Decision::Answered(_, Outcome::Refused { note }) => note.clone(),
+            Decision::Answered(_, Outcome::Accepted, _) => String::new(),
+            Decision::Answered(_, Outcome::PauseAll { note, .. }, _)
+            | Decision::Answered(_, Outcome::PauseHost { note, .. }, _)
+            | Decision::Answered(_, Outcome::Refused { note }, _) => note.clone(),
         }
     }
 }
@@ -525,7 +529,7 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
             "indexnow: request of {urls} URLs for {host} left after {ms} ms: the worker was told \
              to stop; the URLs stay due"
         ),
-        Decision::Answered(status, outcome) => {
+        Decision::Answered(status, outcome, _) => {
             let note = decision.note();
             let note = if note.is_empty() {
                 String::new()
@@ -752,12 +756,12 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
     let (settle, pause) = match decision {
         Decision::DryRun => (Settle::DryRun, None),
         Decision::Left => (Settle::Release, None),
-        Decision::Answered(_, Outcome::Accepted) => (Settle::Accepted, None),
-        Decision::Answered(_, Outcome::Refused { .. }) => (Settle::Refused, None),
-        Decision::Answered(_, Outcome::PauseAll { pause, .. }) => {
+        Decision::Answered(_, Outcome::Accepted, _) => (Settle::Accepted, None),
+        Decision::Answered(_, Outcome::Refused { .. }, _) => (Settle::Refused, None),
+        Decision::Answered(_, Outcome::PauseAll { pause, .. }, _) => {
             (Settle::Release, Some(("*", *pause)))
         }
-        Decision::Answered(_, Outcome::PauseHost { pause, .. }) => {
+        Decision::Answered(_, Outcome::PauseHost { pause, .. }, _) => {
             (Settle::Release, Some((host, *pause)))
         }
     };
@@ -792,6 +796,18 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
                     status.into(),
                     note.into(),
                 ],
+            )?;
+        }
+        if let Decision::Answered(status, _, Some(key)) = decision {
+            let said = if note.is_empty() {
+                status.to_string()
+            } else {
+                note.to_string()
+            };
+            plan_cache::write(
+                client,
+                sql::KEY_STATE,
+                &[host.into(), key.as_str().into(), said.into()],
             )?;
         }
         let note = (!note.is_empty()).then_some(note);

@@ -218,6 +218,14 @@ pub const RECORD: &str =
      VALUES (clock_timestamp() - make_interval(secs => $4), $1, $2, $3, \
              make_interval(secs => $4), $5)";
 
+/// The key's state as an answer revealed it (`indexnow_protocol::key_state`): `$1` host, `$2`
+/// state, `$3` the answer (its status and note). Written when the state or the answer differs
+/// from the last, so a host's thousandth 200 writes nothing; `key_state_at` is since when.
+pub const KEY_STATE: &str = "UPDATE indexnow_hosts \
+        SET key_state = $2, key_state_note = $3, \
+            key_state_at = CASE WHEN key_state = $2 THEN key_state_at ELSE clock_timestamp() END \
+      WHERE host = $1 AND (key_state, key_state_note) IS DISTINCT FROM ($2, $3)";
+
 /// History pruning: `$1` = history_days.
 pub const PRUNE: &str =
     "DELETE FROM indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";

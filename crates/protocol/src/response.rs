@@ -121,6 +121,46 @@ pub fn classify(answer: &Answer, backoffs: &Backoffs, now: SystemTime) -> Outcom
     }
 }
 
+/// What an answer says of the host's key, when it says anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// 202, or 403 `SiteVerificationNotCompleted`: the URLs were received, the key file is not
+    /// verified yet.
+    Pending,
+    /// 200: the key file was verified.
+    Verified,
+    /// A 403 otherwise, or a 422 whose answer names the key: the key is not accepted.
+    Rejected,
+}
+
+impl KeyState {
+    /// As `indexnow_hosts.key_state` stores it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Pending => "pending",
+            KeyState::Verified => "verified",
+            KeyState::Rejected => "rejected",
+        }
+    }
+}
+
+/// The key's state as this answer reveals it; `None` for an answer that says nothing of the key
+/// (a pause, no answer, another refusal).
+pub fn key_state(answer: &Answer) -> Option<KeyState> {
+    match answer {
+        Answer::Status { code: 200, .. } => Some(KeyState::Verified),
+        Answer::Status { code: 202, .. } => Some(KeyState::Pending),
+        Answer::Status {
+            code: 403, body, ..
+        } if body.contains("SiteVerificationNotCompleted") => Some(KeyState::Pending),
+        Answer::Status { code: 403, .. } => Some(KeyState::Rejected),
+        Answer::Status {
+            code: 422, body, ..
+        } if body.to_ascii_lowercase().contains("key") => Some(KeyState::Rejected),
+        _ => None,
+    }
+}
+
 /// Retry-After as delay-seconds or an HTTP date; `None` when it is neither.
 pub fn retry_after_duration(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -191,6 +231,33 @@ mod tests {
         ];
         for (what, answer, want) in cases {
             assert_eq!(classify(&answer, &b, now), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn what_each_answer_says_of_the_key() {
+        let cases: Vec<(Answer, Option<KeyState>)> = vec![
+            (status(200, None, ""), Some(KeyState::Verified)),
+            (status(202, None, ""), Some(KeyState::Pending)),
+            (
+                status(403, None, r#"{"code":"SiteVerificationNotCompleted"}"#),
+                Some(KeyState::Pending),
+            ),
+            (status(403, None, "key not valid"), Some(KeyState::Rejected)),
+            (status(403, None, ""), Some(KeyState::Rejected)),
+            (
+                status(422, None, "The Key does not match the key file"),
+                Some(KeyState::Rejected),
+            ),
+            (status(422, None, "URLs do not belong to the host"), None),
+            (status(400, None, "Invalid format"), None),
+            (status(204, None, ""), None),
+            (status(429, None, ""), None),
+            (status(500, None, ""), None),
+            (Answer::Timeout, None),
+        ];
+        for (answer, want) in cases {
+            assert_eq!(key_state(&answer), want, "{answer:?}");
         }
     }
 

@@ -261,3 +261,137 @@ fn a_host_with_a_backlog_does_not_hold_up_another_hosts_page() {
     );
     assert_eq!(received.len(), 21);
 }
+
+#[test]
+fn a_disabled_host_is_held_and_the_others_go_on() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = started(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "SELECT indexnow_add_host('off.example.com', 'offkey1234'); \
+         SELECT indexnow_disable_host('off.example.com');",
+    )
+    .unwrap();
+    queue(
+        &mut db,
+        &["off.example.com", "on1.example.com", "on2.example.com"],
+        3,
+    );
+    wait_until("the enabled hosts are sent", SECONDS(20), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE host <> 'off.example.com' \
+               AND request_seq > settled_seq",
+        ) == 0
+    });
+    std::thread::sleep(SECONDS(1)); // several passes
+    assert!(receiver
+        .received()
+        .iter()
+        .all(|r| host_of(r) != "off.example.com"));
+    let held: Option<String> = db
+        .query_one(
+            "SELECT held FROM indexnow_status() WHERE host = 'off.example.com'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        held.as_deref().is_some_and(|h| h.starts_with("disabled")),
+        "{held:?}"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE host = 'off.example.com' \
+               AND request_seq > settled_seq"
+        ),
+        3,
+        "held, not dropped"
+    );
+    db.batch_execute("SELECT indexnow_enable_host('off.example.com')")
+        .unwrap();
+    wait_until_settled(&mut db, "the host enabled again is sent", SECONDS(20));
+    assert_eq!(receiver.received().len(), 3);
+}
+
+fn ok(status: u16, body: &str) -> Reply {
+    Reply::Status {
+        status,
+        retry_after: None,
+        body: body.to_string(),
+    }
+}
+
+/// `indexnow_status()`'s key state of `host`: (state, note).
+fn key_state(db: &mut postgres::Client, host: &str) -> (String, Option<String>) {
+    let row = db
+        .query_one(
+            "SELECT key_state, key_state_note, key_state_at IS NOT NULL FROM indexnow_status() \
+              WHERE host = $1",
+            &[&host],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn key_states_follow_the_answers_and_a_new_key_brings_back_what_the_old_one_lost() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = started(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute("SELECT indexnow_add_host('new.example.com', 'newkey1234')")
+        .unwrap();
+    assert_eq!(
+        key_state(&mut db, "new.example.com"),
+        ("unused".into(), None)
+    );
+
+    receiver.set_host_reply("pending.example.com", ok(202, ""));
+    receiver.set_host_reply("rejected.example.com", ok(403, "key not valid"));
+    queue(&mut db, &["pending.example.com", "rejected.example.com"], 2);
+    wait_until_settled(&mut db, "both hosts are answered", SECONDS(20));
+    assert_eq!(
+        key_state(&mut db, "pending.example.com"),
+        ("pending".into(), Some("202".into()))
+    );
+    assert_eq!(
+        key_state(&mut db, "rejected.example.com"),
+        ("rejected".into(), Some("403: key not valid".into()))
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT failed FROM indexnow_status() WHERE host = 'rejected.example.com'"
+        ),
+        2,
+        "the rejected key's URLs failed"
+    );
+
+    // Verified once the key file is found; a new key for the rejected host brings its URLs back.
+    receiver.set_host_reply("pending.example.com", ok(200, ""));
+    receiver.set_host_reply("rejected.example.com", ok(200, ""));
+    db.batch_execute(
+        "SELECT indexnow_queue('https://pending.example.com/later'); \
+         SELECT indexnow_add_host('rejected.example.com', 'rotatedkey99');",
+    )
+    .unwrap();
+    wait_until_settled(&mut db, "the URLs the old key lost are sent", SECONDS(20));
+    assert_eq!(
+        key_state(&mut db, "pending.example.com"),
+        ("verified".into(), Some("200".into()))
+    );
+    assert_eq!(
+        key_state(&mut db, "rejected.example.com"),
+        ("verified".into(), Some("200".into()))
+    );
+    let resent: Vec<_> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.status == 200 && host_of(r) == "rejected.example.com")
+        .collect();
+    assert_eq!(resent.len(), 1);
+    let request = resent[0].request.as_ref().unwrap();
+    assert_eq!(request.key, "rotatedkey99");
+    assert_eq!(request.url_list.len(), 2, "both URLs the old key lost");
+}
