@@ -62,7 +62,25 @@ pub struct Registry {
     /// Databases wanted alone (see [`stop_workers`]): the database, and until when (a
     /// `TimestampTz`) no worker may enter it.
     alone: [(u32, i64); MAX_ALONE],
+    /// Pauses an endpoint ordered (see [`pause_endpoint`]).
+    endpoint_pauses: [EndpointPause; MAX_ENDPOINT_PAUSES],
 }
+
+#[derive(Copy, Clone)]
+struct EndpointPause {
+    /// The endpoint, hashed ([`endpoint_key`]); 0 for an empty entry.
+    endpoint: u64,
+    /// Until when, a `TimestampTz`.
+    until: i64,
+    /// The status that ordered it.
+    status: i32,
+    /// The database whose request got the answer.
+    db: u32,
+}
+
+/// How many endpoints can be paused at once; one more takes the place of the pause that ends
+/// first.
+const MAX_ENDPOINT_PAUSES: usize = 8;
 
 /// How many databases can be wanted alone at once (each for [`ALONE_FOR_US`]); one more takes
 /// the place of the entry that ends first.
@@ -104,6 +122,12 @@ impl Default for Registry {
                 dry_run: false,
             }; MAX_WORKERS],
             alone: [(0, 0); MAX_ALONE],
+            endpoint_pauses: [EndpointPause {
+                endpoint: 0,
+                until: 0,
+                status: 0,
+                db: 0,
+            }; MAX_ENDPOINT_PAUSES],
         }
     }
 }
@@ -274,6 +298,59 @@ pub fn workers_of(db: u32) -> Vec<Slot> {
         .collect();
     workers.sort_by_key(|s| s.sender);
     workers
+}
+
+/// An endpoint's key in [`Registry::endpoint_pauses`]: the same in every process of the server
+/// (one binary, a hasher with fixed keys).
+fn endpoint_key(endpoint: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    endpoint.hash(&mut h);
+    h.finish() | 1 // never 0, the empty entry
+}
+
+/// The endpoint ordered a pause of all sending (a 429, a 5xx, no answer) until `until` (a
+/// `TimestampTz`): it holds every database of this server that sends to it, not only the one
+/// whose request got the answer, because rate limits are often per client address.
+pub fn pause_endpoint(endpoint: &str, until: i64, status: i32, db: u32) {
+    if !available() {
+        return;
+    }
+    let key = endpoint_key(endpoint);
+    let mut r = REGISTRY.exclusive();
+    let at = r
+        .endpoint_pauses
+        .iter()
+        .position(|p| p.endpoint == key)
+        .unwrap_or_else(|| {
+            (0..MAX_ENDPOINT_PAUSES)
+                .min_by_key(|&i| r.endpoint_pauses[i].until)
+                .unwrap_or(0)
+        });
+    if r.endpoint_pauses[at].endpoint != key || r.endpoint_pauses[at].until < until {
+        r.endpoint_pauses[at] = EndpointPause {
+            endpoint: key,
+            until,
+            status,
+            db,
+        };
+    }
+}
+
+/// The pause of `endpoint` still running that another database than `db` got, if any: until
+/// when (a `TimestampTz`) and the status that ordered it.
+pub fn endpoint_paused_by_another(endpoint: &str, db: u32) -> Option<(i64, i32)> {
+    if !available() {
+        return None;
+    }
+    let key = endpoint_key(endpoint);
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    REGISTRY
+        .share()
+        .endpoint_pauses
+        .iter()
+        .find(|p| p.endpoint == key && p.until > now && p.db != db)
+        .map(|p| (p.until, p.status))
 }
 
 /// Whether `db` is wanted alone (see [`stop_workers`]): no worker is started for it.

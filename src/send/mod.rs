@@ -346,7 +346,7 @@ impl Pass<'_> {
     /// worker's first round starts at a host of its own, so that several workers of a database
     /// do not all walk the same host's index past each other's locked rows).
     fn hosts_in_turn(&mut self) -> Vec<Host> {
-        if self.session.told_to_stop() {
+        if self.session.told_to_stop() || self.endpoint_paused_elsewhere() {
             self.ending = true;
             return vec![];
         }
@@ -368,6 +368,10 @@ impl Pass<'_> {
     /// Claims the host's next batch and starts its request (in a dry run, decides on it at once).
     /// Whether anything was claimed.
     fn send_a_batch(&mut self, host: Host) -> bool {
+        if self.endpoint_paused_elsewhere() {
+            self.ending = true;
+            return false;
+        }
         let (session, settings) = (self.session, self.settings);
         let Some((taken, claimed)) = session.step(|| claim(session, settings, &host.host)) else {
             self.ending = true; // another sender holds the pass lock: it does the work
@@ -457,12 +461,67 @@ impl Pass<'_> {
         let note = decision.note();
         result.note = (!note.is_empty()).then_some(note);
         match decision {
-            Decision::Answered(_, Outcome::PauseAll { .. }, _) => self.ending = true,
+            Decision::Answered(status, Outcome::PauseAll { pause, .. }, _) => {
+                self.ending = true;
+                // SAFETY: reads the clock.
+                let now = unsafe { pg_sys::GetCurrentTimestamp() };
+                let until = now + i64::try_from(pause.as_micros()).unwrap_or(i64::MAX / 2);
+                // SAFETY: reads this backend's database.
+                let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                crate::registry::pause_endpoint(&self.settings.endpoint, until, status, db);
+            }
             Decision::Answered(_, Outcome::PauseHost { .. }, _) => {
                 self.paused.insert(host.to_string());
             }
             _ => {}
         }
+    }
+
+    /// Whether the endpoint ordered a pause through another database of this server (see
+    /// `crate::registry::pause_endpoint`). The first time a process sees that pause, it writes it
+    /// into this database's `indexnow_backoff` too (unless this database's own pause lasts as
+    /// long), so that `indexnow_status()`, the sleep until the next due URL and the LOG line when
+    /// sending resumes all go by it as by a pause of its own.
+    fn endpoint_paused_elsewhere(&mut self) -> bool {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        /// The end of the last shared pause this process wrote into its database.
+        static ADOPTED: AtomicI64 = AtomicI64::new(0);
+        // SAFETY: reads this backend's database.
+        let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        let Some((until, status)) =
+            crate::registry::endpoint_paused_by_another(&self.settings.endpoint, db)
+        else {
+            return false;
+        };
+        if ADOPTED.swap(until, Ordering::Relaxed) != until {
+            // SAFETY: reads the clock.
+            let left = (until - unsafe { pg_sys::GetCurrentTimestamp() }) as f64 / 1e6;
+            let note = format!(
+                "status {status} from {} to another database of this server: a pause the \
+                 endpoint orders holds every database that sends to it",
+                self.settings.endpoint
+            );
+            let adopted = self.session.step(|| {
+                Spi::connect_mut(|client| {
+                    plan_cache::write(
+                        client,
+                        sql::ADOPT_PAUSE,
+                        &[left.into(), status.into(), note.as_str().into()],
+                    )
+                    .map(|t| t.len())
+                })
+            });
+            match adopted {
+                Ok(_) => log!(
+                    "indexnow: sending paused for {} s, for all hosts (status {status} from {}, \
+                     answered to another database of this server)",
+                    left.round(),
+                    self.settings.endpoint
+                ),
+                Err(e) => warning!("indexnow: could not record the endpoint's pause: {e}"),
+            }
+        }
+        true
     }
 
     /// What `pg_stat_activity` shows the worker doing while requests are in flight.

@@ -198,6 +198,15 @@ pub const PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status
      ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
                                        note = excluded.note";
 
+/// A pause of all sending that the endpoint ordered through another database of the server
+/// (`crate::registry::pause_endpoint`), written here too: `$1` seconds left, `$2` status, `$3`
+/// note. It never shortens a pause of this database's own.
+pub const ADOPT_PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status, note) \
+     VALUES ('*', clock_timestamp() + make_interval(secs => $1), $2, $3) \
+     ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
+                                       note = excluded.note \
+      WHERE b.until < excluded.until";
+
 /// Whether a pause ran out (and [`PAUSES_OVER`] has something to end).
 pub const ANY_PAUSE_OVER: &str =
     "SELECT EXISTS (SELECT FROM indexnow_backoff WHERE until <= clock_timestamp())";

@@ -395,3 +395,67 @@ fn key_states_follow_the_answers_and_a_new_key_brings_back_what_the_old_one_lost
     assert_eq!(request.key, "rotatedkey99");
     assert_eq!(request.url_list.len(), 2, "both URLs the old key lost");
 }
+
+#[test]
+fn a_pause_the_endpoint_orders_holds_every_database_of_the_server() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    receiver.script([Reply::Status {
+        status: 429,
+        retry_after: Some("60".into()),
+        body: "slow down".into(),
+    }]);
+    let cluster = started(&receiver, &[]);
+    let mut one = cluster.create_db_with_extension("one");
+    queue(&mut one, &["one.example.com"], 1);
+    wait_until("the first database is throttled", SECONDS(20), || {
+        count(
+            &mut one,
+            "SELECT count(*) FROM indexnow_backoff WHERE scope = '*'",
+        ) == 1
+    });
+    // Another database of the server, sending to the same endpoint, mid-pause.
+    let mut two = cluster.create_db_with_extension("two");
+    queue(&mut two, &["two.example.com"], 1);
+    wait_until(
+        "the second database holds the pause too",
+        SECONDS(20),
+        || {
+            count(
+                &mut two,
+                "SELECT count(*) FROM indexnow_status() \
+              WHERE host = 'two.example.com' AND backoff_until IS NOT NULL",
+            ) == 1
+        },
+    );
+    std::thread::sleep(SECONDS(2)); // several passes of its worker
+    assert_eq!(receiver.arrived(), 1, "nothing sent after the 429");
+    assert_eq!(
+        count(
+            &mut two,
+            "SELECT pending FROM indexnow_status() WHERE host = 'two.example.com'"
+        ),
+        1,
+        "held, not dropped"
+    );
+    let (until_one, until_two): (f64, f64) = (
+        one.query_one(
+            "SELECT extract(epoch FROM until)::float8 FROM indexnow_backoff",
+            &[],
+        )
+        .unwrap()
+        .get(0),
+        two.query_one(
+            "SELECT extract(epoch FROM until)::float8 FROM indexnow_backoff",
+            &[],
+        )
+        .unwrap()
+        .get(0),
+    );
+    assert!(
+        (until_one - until_two).abs() < 2.0,
+        "the same pause: {until_one} / {until_two}"
+    );
+    assert!(cluster
+        .log()
+        .contains("answered to another database of this server"));
+}
