@@ -390,7 +390,7 @@ impl Pass<'_> {
             return true;
         }
         let request = SubmitRequest {
-            host: batch.host.host.clone(),
+            host: indexnow_protocol::host_name(&batch.host.host).to_string(),
             key: batch.host.key.clone(),
             key_location: batch.host.key_location.clone(),
             url_list: batch.claimed.iter().map(|u| u.url.clone()).collect(),

@@ -59,7 +59,7 @@ pub fn check_key(key: &str) -> Result<(), KeyProblem> {
 /// returns the location in normal form.
 pub fn check_key_location(host: &str, location: &str) -> Result<String, KeyProblem> {
     let loc = submittable_url(location).map_err(KeyProblem::LocationUrl)?;
-    if loc.host != host {
+    if crate::submittable::host_name(&loc.host) != crate::submittable::host_name(host) {
         return Err(KeyProblem::LocationOtherHost {
             location_host: loc.host,
             host: host.to_string(),
@@ -110,6 +110,15 @@ mod tests {
                 location_host: "cdn.example.com".into(),
                 host: "www.example.com".into()
             })
+        );
+        // The same host name on another port: the request's host is the host name.
+        assert_eq!(
+            check_key_location("www.example.com", "https://www.example.com:8443/k.txt"),
+            Ok("https://www.example.com:8443/k.txt".to_string())
+        );
+        assert_eq!(
+            check_key_location("www.example.com:8443", "https://www.example.com/k.txt"),
+            Ok("https://www.example.com/k.txt".to_string())
         );
         assert!(matches!(
             check_key_location("www.example.com", "ftp://www.example.com/k.txt"),

@@ -19,7 +19,7 @@ pub mod submittable;
 pub use key::{check_key, check_key_location, KeyProblem};
 pub use request::SubmitRequest;
 pub use response::{classify, key_state, Answer, Backoffs, KeyState, Outcome};
-pub use submittable::{normalise_host, submittable_url, SubmittableUrl, UrlProblem};
+pub use submittable::{host_name, normalise_host, submittable_url, SubmittableUrl, UrlProblem};
 
 /// The protocol's limit on URLs in one request.
 pub const MAX_URLS_PER_REQUEST: usize = 10_000;

@@ -22,8 +22,21 @@ pub const MAX_URL_BYTES: usize = 2048;
 pub struct SubmittableUrl {
     /// The URL as it is stored and sent.
     pub url: String,
-    /// The `host` field of the IndexNow request: the host name, with `:port` when not the default.
+    /// The site the URL belongs to: the host name, with `:port` when not the default (a site on
+    /// another port is another origin, with a key file of its own). The request's `host` field
+    /// is its host name alone: [`host_name`].
     pub host: String,
+}
+
+/// The host name of a site (`example.com:8443` -> `example.com`): the request's `host` field.
+/// The protocol's `host` is a URL's host (RFC 3986), which has no port, and the peers send it so
+/// (the IndexNow plugins send the site address's host); an endpoint compares it with each URL's
+/// host name and refuses `host:port` with a 422.
+pub fn host_name(site: &str) -> &str {
+    match site.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => site,
+    }
 }
 
 /// Why a URL cannot be submitted. The messages name the rule that was broken.
@@ -657,6 +670,11 @@ mod tests {
         );
         assert_eq!(normalise_host("bücher.de").unwrap(), "xn--bcher-kva.de");
         assert_eq!(normalise_host("example.com:443").unwrap(), "example.com");
+        // The request names a site on another port by its host name alone.
+        assert_eq!(host_name("example.com:8080"), "example.com");
+        assert_eq!(host_name("example.com"), "example.com");
+        assert_eq!(host_name("[2001:db8::1]:8443"), "[2001:db8::1]");
+        assert_eq!(host_name("[2001:db8::1]"), "[2001:db8::1]");
         assert_eq!(
             normalise_host("example.com:8080").unwrap(),
             "example.com:8080"

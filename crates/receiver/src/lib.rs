@@ -22,7 +22,7 @@
 //! a dropped exchange; the rest 200 or 202. The same seed draws the same sequence of answers.
 
 use indexnow_protocol::{
-    check_key, check_key_location, submittable_url, SubmitRequest, MAX_URLS_PER_REQUEST,
+    check_key, check_key_location, host_name, submittable_url, SubmitRequest, MAX_URLS_PER_REQUEST,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -194,8 +194,13 @@ pub fn check(content_type: Option<&str>, body: &str) -> Result<SubmitRequest, (u
     }
     for url in &r.url_list {
         match submittable_url(url) {
-            Ok(u) if u.host == r.host => {}
-            Ok(u) => return Err((422, format!("{url} is on host {}, not {}", u.host, r.host))),
+            Ok(u) if host_name(&u.host) == r.host => {}
+            Ok(u) => {
+                return Err((
+                    422,
+                    format!("{url} is on host {}, not {}", host_name(&u.host), r.host),
+                ))
+            }
             Err(e) => return Err((422, format!("{url}: {e}"))),
         }
     }
@@ -470,6 +475,12 @@ mod tests {
             &body("www.example.com", &urls("www.example.com", 10_000))
         )
         .is_ok());
+        // A site on another port: the request's host is its host name, the URLs keep the port.
+        assert!(check(
+            ct,
+            &body("www.example.com", &urls("www.example.com:8443", 3))
+        )
+        .is_ok());
         let cases: Vec<(Option<&str>, String, u16, &str)> = vec![
             (Some("text/plain"), body("www.example.com", &urls("www.example.com", 1)), 400, "Content-Type"),
             (ct, "{not json".into(), 400, "Invalid format"),
@@ -477,6 +488,7 @@ mod tests {
             (ct, body("www.example.com", &[]), 400, "empty"),
             (ct, body("www.example.com", &urls("www.example.com", 10_001)), 422, "at most 10000"),
             (ct, body("www.example.com", &urls("other.example.com", 1)), 422, "not www.example.com"),
+            (ct, body("www.example.com:8443", &urls("www.example.com:8443", 1)), 422, "not www.example.com:8443"),
             (ct, r#"{"host":"www.example.com","key":"bad key!","urlList":["https://www.example.com/"]}"#.into(), 422, "the key contains"),
             (ct, r#"{"host":"www.example.com","key":"abcdefgh","keyLocation":"https://cdn.example.com/k.txt","urlList":["https://www.example.com/"]}"#.into(), 422, "key_location"),
         ];

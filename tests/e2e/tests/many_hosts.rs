@@ -459,3 +459,29 @@ fn a_pause_the_endpoint_orders_holds_every_database_of_the_server() {
         .log()
         .contains("answered to another database of this server"));
 }
+
+#[test]
+fn a_site_on_another_port_is_sent_under_its_host_name() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = started(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "SELECT indexnow_add_host('shop.example.com:8443', 'shopkey1234'); \
+         SELECT indexnow_queue('https://shop.example.com:8443/cart');",
+    )
+    .unwrap();
+    wait_until_settled(&mut db, "the page is sent", SECONDS(20));
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].status, 200, "{:?}", received[0].problem);
+    let request = received[0].request.as_ref().unwrap();
+    assert_eq!(request.host, "shop.example.com");
+    assert_eq!(request.url_list, ["https://shop.example.com:8443/cart"]);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE last_pushed_at IS NOT NULL"
+        ),
+        1
+    );
+}
