@@ -485,3 +485,54 @@ fn a_site_on_another_port_is_sent_under_its_host_name() {
         1
     );
 }
+
+#[test]
+fn a_thousand_tenants_are_added_rekeyed_and_sent_in_single_statements() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = started(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("saas");
+    db.batch_execute(
+        "CREATE TABLE tenants (host text PRIMARY KEY, indexnow_key text NOT NULL); \
+         INSERT INTO tenants SELECT format('t%s.example.com', g), 'tenantkey-' || g \
+           FROM generate_series(1, 1000) g;",
+    )
+    .unwrap();
+    // One statement adds them all, with the same checks as one call.
+    db.batch_execute("SELECT count(indexnow_add_host(host, indexnow_key)) FROM tenants")
+        .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_hosts"), 1000);
+    // A bad row fails the statement, naming it; nothing of it is kept.
+    let refused = db
+        .batch_execute(
+            "SELECT count(indexnow_add_host(host, CASE WHEN host = 't7.example.com' \
+                    THEN 'no good' ELSE 'rotated-' || indexnow_key END)) FROM tenants",
+        )
+        .unwrap_err();
+    assert!(
+        refused
+            .as_db_error()
+            .is_some_and(|e| e.message().contains("key for t7.example.com")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_hosts WHERE key LIKE 'rotated-%'"
+        ),
+        0
+    );
+    // Re-keyed in one statement, then a page of every tenant sent with its new key.
+    db.batch_execute(
+        "UPDATE tenants SET indexnow_key = 'rotated-' || indexnow_key; \
+         SELECT count(indexnow_add_host(host, indexnow_key)) FROM tenants; \
+         SELECT count(indexnow_queue('https://' || host || '/')) FROM tenants;",
+    )
+    .unwrap();
+    wait_until_settled(&mut db, "every tenant's page is sent", SECONDS(60));
+    let received = receiver.received();
+    assert_eq!(received.len(), 1000);
+    assert!(received.iter().all(|r| {
+        let request = r.request.as_ref().unwrap();
+        r.status == 200 && request.key.starts_with("rotated-tenantkey-")
+    }));
+}
