@@ -119,14 +119,18 @@ fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>,
 }
 
 /// The host's URLs that failed because of its key are pending again, with the reason they failed
-/// with and due at once (their debounce passed long ago).
+/// with (due by the due rule; their debounce passed long ago). So are the URLs in a sender's
+/// hands (leased): their answer is to the old key, and if that answer fails them, the new request
+/// keeps them pending.
 fn request_key_failures_again(host: &str) {
     let requested = Spi::connect_mut(|client| {
         client
             .update(
                 &format!(
                     "UPDATE indexnow_urls SET request_seq = request_seq + 1, queued_at = now() \
-                      WHERE host = $1 AND {FAILED_SQL} AND {KEY_FAILED_SQL}"
+                      WHERE host = $1 \
+                        AND (({FAILED_SQL} AND {KEY_FAILED_SQL}) \
+                             OR claimed_until > clock_timestamp())"
                 ),
                 None,
                 &[host.into()],

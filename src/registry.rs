@@ -310,8 +310,9 @@ fn endpoint_key(endpoint: &str) -> u64 {
 }
 
 /// The endpoint ordered a pause of all sending (a 429, a 5xx, no answer) until `until` (a
-/// `TimestampTz`): it holds every database of this server that sends to it, not only the one
-/// whose request got the answer, because rate limits are often per client address.
+/// `TimestampTz`), in an answer to database `db`: it holds every database of this server that
+/// sends to it, not only the one whose request got the answer, because rate limits are often per
+/// client address.
 pub fn pause_endpoint(endpoint: &str, until: i64, status: i32, db: u32) {
     if !available() {
         return;
@@ -327,14 +328,13 @@ pub fn pause_endpoint(endpoint: &str, until: i64, status: i32, db: u32) {
                 .min_by_key(|&i| r.endpoint_pauses[i].until)
                 .unwrap_or(0)
         });
-    if r.endpoint_pauses[at].endpoint != key || r.endpoint_pauses[at].until < until {
-        r.endpoint_pauses[at] = EndpointPause {
-            endpoint: key,
-            until,
-            status,
-            db,
-        };
-    }
+    // The latest answer decides, as for a database's own pause (a shorter Retry-After shortens it).
+    r.endpoint_pauses[at] = EndpointPause {
+        endpoint: key,
+        until,
+        status,
+        db,
+    };
 }
 
 /// The pause of `endpoint` still running that another database than `db` got, if any: until

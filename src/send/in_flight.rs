@@ -3,7 +3,7 @@
 //! thread, which records it. So a sender keeps several requests open at once (each for another
 //! host: `super::Pass` sees to that), and a worker told to stop gets out of the way at once,
 //! whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint that hangs
-//! holds a request up to `http_timeout`).
+//! holds a request up to `http_timeout`): it leaves them, and starts no new one.
 
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{Answer, SubmitRequest};
@@ -78,8 +78,13 @@ impl<T> Requests<T> {
             std::thread::Builder::new()
                 .name("indexnow request".into())
                 .spawn(move || {
+                    // Always an answer, so the sender never waits for one that cannot come.
+                    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        client.submit(&endpoint, &request)
+                    }))
+                    .unwrap_or_else(|_| Answer::Reset("the request's thread panicked".into()));
                     // The sender may have stopped waiting (told to stop): then nobody listens.
-                    let _ = send_answer.send((id, client.submit(&endpoint, &request)));
+                    let _ = send_answer.send((id, answer));
                 })
         });
         if let Err(e) = started {

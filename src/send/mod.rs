@@ -3,12 +3,13 @@
 //! A pass takes the hosts that may be sent for (a key, enabled, not paused) in turn: claim at
 //! most `batch_size` due rows of a host, POST them outside any transaction, record the answer;
 //! up to `max_in_flight` requests at once, never two for one host ([`Pass`]); until nothing is
-//! due, the endpoint orders a pause, or the worker is told to stop. The answer decides (see
-//! `indexnow_protocol::response`):
+//! due, `naptime` has passed, the endpoint orders a pause, or the worker is told to stop. The
+//! answer decides (see `indexnow_protocol::response`):
 //! - accepted: the claimed requests are settled (only those: behaviour 14);
 //! - refused (4xx): settled as failed, the status and the body kept;
 //! - pause (429, 5xx, network): the claim is given back, a pause is written to
-//!   `indexnow_backoff`, and the pass stops (all hosts, or this host for a site-verification 403).
+//!   `indexnow_backoff`, and no new request starts (for all hosts, or for this host after a
+//!   site-verification 403); the answers of requests already in flight are still recorded.
 //!
 //! Every request (and every dry-run decision) is one `indexnow_pushes` row.
 //!
@@ -368,7 +369,7 @@ impl Pass<'_> {
     /// Claims the host's next batch and starts its request (in a dry run, decides on it at once).
     /// Whether anything was claimed.
     fn send_a_batch(&mut self, host: Host) -> bool {
-        if self.endpoint_paused_elsewhere() {
+        if self.session.told_to_stop() || self.endpoint_paused_elsewhere() {
             self.ending = true;
             return false;
         }
@@ -439,7 +440,7 @@ impl Pass<'_> {
         let (host, n) = (batch.host.host.as_str(), batch.claimed.len());
         let took = took.as_secs_f64();
         let record_started = Instant::now();
-        record_answer(self.session, host, &batch.claimed, &decision, took);
+        record_answer(self.session, &batch, &decision, took);
         log_request(host, n, &decision, took, self.settings);
         debug2!(
             "indexnow: request to {host} took {took:.3} s, recording it {:?}",
@@ -493,7 +494,7 @@ impl Pass<'_> {
         else {
             return false;
         };
-        if ADOPTED.swap(until, Ordering::Relaxed) != until {
+        if ADOPTED.load(Ordering::Relaxed) != until {
             // SAFETY: reads the clock.
             let left = (until - unsafe { pg_sys::GetCurrentTimestamp() }) as f64 / 1e6;
             let note = format!(
@@ -512,12 +513,15 @@ impl Pass<'_> {
                 })
             });
             match adopted {
-                Ok(_) => log!(
+                Ok(_) => {
+                    ADOPTED.store(until, Ordering::Relaxed);
+                    log!(
                     "indexnow: sending paused for {} s, for all hosts (status {status} from {}, \
                      answered to another database of this server)",
-                    left.round(),
-                    self.settings.endpoint
-                ),
+                        left.round(),
+                        self.settings.endpoint
+                    )
+                }
                 Err(e) => warning!("indexnow: could not record the endpoint's pause: {e}"),
             }
         }
@@ -790,10 +794,11 @@ const RECORD_TRIES: u32 = 10;
 /// deadlock with a save that queues the same URLs in another order): the answer is known, and a
 /// worker that gave up would leave the batch leased and send it again (measured in the soak: a
 /// deadlock in the settle re-sent a whole accepted batch).
-fn record_answer(session: Session, host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
+fn record_answer(session: Session, batch: &Batch, decision: &Decision, took: f64) {
+    let host = &batch.host.host;
     for attempt in 1.. {
         let recorded =
-            session.step(|| crate::subtransaction::run(|| record(host, claimed, decision, took)));
+            session.step(|| crate::subtransaction::run(|| record(batch, decision, took)));
         match recorded {
             Ok(()) => return,
             Err(failure) if failure.transient && attempt < RECORD_TRIES => {
@@ -809,9 +814,11 @@ fn record_answer(session: Session, host: &str, claimed: &Claimed, decision: &Dec
     }
 }
 
-/// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, and
-/// the `indexnow_pushes` row.
-fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
+/// Records one request's answer: the rows it carried, a pause if the endpoint ordered one, what
+/// it said of the key, and the `indexnow_pushes` row.
+fn record(batch: &Batch, decision: &Decision, took: f64) {
+    let (host, claimed) = (batch.host.host.as_str(), &batch.claimed);
+    let request_key = batch.host.key.as_str();
     let (settle, pause) = match decision {
         Decision::DryRun => (Settle::DryRun, None),
         Decision::Left => (Settle::Release, None),
@@ -866,7 +873,12 @@ fn record(host: &str, claimed: &Claimed, decision: &Decision, took: f64) {
             plan_cache::write(
                 client,
                 sql::KEY_STATE,
-                &[host.into(), key.as_str().into(), said.into()],
+                &[
+                    host.into(),
+                    key.as_str().into(),
+                    said.into(),
+                    request_key.into(),
+                ],
             )?;
         }
         let note = (!note.is_empty()).then_some(note);
