@@ -4,8 +4,9 @@
 #   2. for each of PostgreSQL 15, 16 and 18: the extension's pure-Rust tests and its SQL-level
 #      #[pg_test]s (cargo pgrx test), then the end-to-end tests on real clusters of that version
 #      with the extension preloaded;
-#   3. on PostgreSQL 15: the short soak (faults for a minute) and the upgrade from the previous
-#      release (0.1.0 was released for 15 only; the soak's hour-long form is scripts/soak.sh).
+#   3. the upgrade from the previous release on each version, and on PostgreSQL 15 also the
+#      upgrade from 0.1.0 (released for 15 only) and the short soak (faults for a minute; its
+#      hour-long form is scripts/soak.sh).
 # INDEXNOW_TEST_VERSIONS="15" runs one version only (default: all of scripts/versions.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,10 @@ for v in "${versions[@]}"; do
   tests=(--test capture --test foundation --test sending --test many_hosts --test staging)
   [ "$v" = 15 ] && tests+=(--test soak --test upgrade)
   cargo test -p indexnow-e2e "${tests[@]}"
+  # The upgrade from the previous release on the other versions too (0.1.0 was for 15 only).
+  if [ "$v" != 15 ]; then
+    cargo test -p indexnow-e2e --test upgrade -- an_upgrade_from_the_previous_release
+  fi
 
   echo "== PostgreSQL $v: the package"
   bash scripts/package.sh --debug --pg-config "$pg_config" | tee "$pgrx_dir/package-$v.txt"

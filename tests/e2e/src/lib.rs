@@ -19,6 +19,20 @@ pub fn pg_bin() -> String {
     std::env::var("INDEXNOW_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".to_string())
 }
 
+/// The major version of that PostgreSQL (`postgres --version`: `postgres (PostgreSQL) 16.2`).
+pub fn pg_major() -> u32 {
+    let version = run(
+        "postgres --version",
+        Command::new(format!("{}/postgres", pg_bin())).arg("--version"),
+    );
+    version
+        .split_whitespace()
+        .last()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no major version in {version:?}"))
+}
+
 pub struct Cluster {
     pub dir: PathBuf,
     pub port: u16,
@@ -330,16 +344,18 @@ impl Drop for Cluster {
     }
 }
 
-/// The library (`indexnow.so`) of an earlier release, built from its source archive
-/// (`releases/indexnow-<version>.tar.gz`, kept in the repository so that the test needs no git
-/// history or tags) into `target/v<version>/` the first time it is asked for.
+/// The library (`indexnow.so`) of an earlier release for the PostgreSQL the tests run against,
+/// built from its source archive (`releases/indexnow-<version>.tar.gz`, kept in the repository so
+/// that the test needs no git history or tags) into `target/v<version>-pg<major>/` the first time
+/// it is asked for. (0.1.0 builds for PostgreSQL 15 only.)
 /// [`Cluster::use_library`] makes a cluster load it instead of the installed one; the release's
 /// install script is in the server's extension folder already (`sql/indexnow--<version>.sql`,
 /// installed by scripts/install.sh).
 pub fn release_library(version: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap();
-    let base = root.join(format!("target/v{version}"));
+    let major = pg_major();
+    let base = root.join(format!("target/v{version}-pg{major}"));
     let lib_dir = base.join("lib");
     let library = lib_dir.join("indexnow.so");
     if library.exists() {
@@ -367,7 +383,8 @@ pub fn release_library(version: &str) -> PathBuf {
         Command::new("cargo")
             .current_dir(&source)
             .env("CARGO_TARGET_DIR", base.join("target"))
-            .args(["build", "--lib", "--offline", "--quiet"]),
+            .args(["build", "--lib", "--offline", "--quiet", "--no-default-features"])
+            .args(["--features", &format!("pg{major}")]),
     );
     std::fs::create_dir_all(&lib_dir).unwrap();
     std::fs::copy(base.join("target/debug/libindexnow.so"), &library).unwrap();
