@@ -383,7 +383,13 @@ pub fn release_library(version: &str) -> PathBuf {
         Command::new("cargo")
             .current_dir(&source)
             .env("CARGO_TARGET_DIR", base.join("target"))
-            .args(["build", "--lib", "--offline", "--quiet", "--no-default-features"])
+            .args([
+                "build",
+                "--lib",
+                "--offline",
+                "--quiet",
+                "--no-default-features",
+            ])
             .args(["--features", &format!("pg{major}")]),
     );
     std::fs::create_dir_all(&lib_dir).unwrap();
