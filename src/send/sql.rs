@@ -229,7 +229,8 @@ pub const RECORD: &str =
 
 /// The key's state as an answer revealed it (`indexnow_protocol::key_state`): `$1` host, `$2`
 /// state, `$3` the answer (its status and note), `$4` the key the request carried. Written when
-/// the state or the answer differs from the last, so a host's thousandth 200 writes nothing;
+/// the state or the answer differs from the last, so a host's thousandth 200 writes (and locks)
+/// nothing: the conditions are in the locking subquery;
 /// `key_state_at` is since when. Not written when the host has another key by now (an answer to
 /// the old key says nothing of the new one), nor when another transaction holds the host's row
 /// (an `indexnow_add_host()` not committed yet): the state is information, and a sender never
@@ -238,9 +239,11 @@ pub const KEY_STATE: &str = "UPDATE indexnow_hosts u \
         SET key_state = $2, key_state_note = $3, \
             key_state_at = CASE WHEN u.key_state = $2 THEN u.key_state_at \
                                 ELSE clock_timestamp() END \
-      WHERE u.host = $1 AND u.key = $4 \
-        AND (u.key_state, u.key_state_note) IS DISTINCT FROM ($2, $3) \
-        AND u.ctid = (SELECT ctid FROM indexnow_hosts WHERE host = $1 FOR UPDATE SKIP LOCKED)";
+      WHERE u.ctid = (SELECT ctid FROM indexnow_hosts \
+                       WHERE host = $1 AND key = $4 \
+                         AND (key_state, key_state_note) IS DISTINCT FROM ($2, $3) \
+                         FOR UPDATE SKIP LOCKED) \
+        AND u.key = $4 AND (u.key_state, u.key_state_note) IS DISTINCT FROM ($2, $3)";
 
 /// History pruning: `$1` = history_days.
 pub const PRUNE: &str =
