@@ -338,7 +338,8 @@ fn key_state(db: &mut postgres::Client, host: &str) -> (String, Option<String>) 
 #[test]
 fn key_states_follow_the_answers_and_a_new_key_brings_back_what_the_old_one_lost() {
     let receiver = Receiver::start("127.0.0.1:0").unwrap();
-    let cluster = started(&receiver, &[]);
+    // A long naptime: what is sent here is sent because a commit woke the worker.
+    let cluster = started(&receiver, &["indexnow.naptime = '1min'"]);
     let mut db = cluster.create_db_with_extension("site");
     db.batch_execute("SELECT indexnow_add_host('new.example.com', 'newkey1234')")
         .unwrap();
@@ -371,12 +372,13 @@ fn key_states_follow_the_answers_and_a_new_key_brings_back_what_the_old_one_lost
     // Verified once the key file is found; a new key for the rejected host brings its URLs back.
     receiver.set_host_reply("pending.example.com", ok(200, ""));
     receiver.set_host_reply("rejected.example.com", ok(200, ""));
-    db.batch_execute(
-        "SELECT indexnow_queue('https://pending.example.com/later'); \
-         SELECT indexnow_add_host('rejected.example.com', 'rotatedkey99');",
-    )
-    .unwrap();
+    // The new key alone wakes the worker for the URLs it brings back.
+    db.batch_execute("SELECT indexnow_add_host('rejected.example.com', 'rotatedkey99')")
+        .unwrap();
     wait_until_settled(&mut db, "the URLs the old key lost are sent", SECONDS(20));
+    db.batch_execute("SELECT indexnow_queue('https://pending.example.com/later')")
+        .unwrap();
+    wait_until_settled(&mut db, "the page of the pending host is sent", SECONDS(20));
     assert_eq!(
         key_state(&mut db, "pending.example.com"),
         ("verified".into(), Some("200".into()))
