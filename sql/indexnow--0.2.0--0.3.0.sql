@@ -143,3 +143,16 @@ BEGIN
     END IF;
 END
 $upgrade$;
+
+-- Each backend keeps what the capture trigger knows about a watched table (src/capture/cache.rs);
+-- a write to the watch tables tells every backend to read them again.
+CREATE FUNCTION @extschema@."_indexnow_watches_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'indexnow_watches_changed_wrapper';
+CREATE TRIGGER indexnow_watches_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_watches
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();
+CREATE TRIGGER indexnow_relations_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_relations
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();

@@ -1246,3 +1246,40 @@ fn hostile_values_skip_their_row_alone_and_never_fail_the_write() {
         .join("\n")
     );
 }
+
+/// Keys are recorded as `jsonb_build_array()` writes them, whether the trigger reads them from
+/// the transition tables itself (integers, text) or by SQL (other types), and cut into change
+/// sets of 10,000.
+#[pg_test]
+fn keys_are_recorded_as_sql_writes_them_whoever_reads_them() {
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("CREATE TABLE k (a int2, b bigint, c text, d varchar, body text, PRIMARY KEY (a, b, c, d))");
+    run("CREATE TABLE u (id uuid PRIMARY KEY, body text)");
+    run("SELECT indexnow_watch('k', url_sql => $$'https://www.example.com/k/' || b$$)");
+    run("SELECT indexnow_watch('u', url => 'https://www.example.com/u/{id}')");
+    run(
+        "INSERT INTO k SELECT g % 300, g * 4000000000, \
+           CASE g % 4 WHEN 0 THEN 'quote\"' WHEN 1 THEN E'back\\\\slash\\nline' \
+                      WHEN 2 THEN 'ünïcødé ไทย' ELSE '' END, 'v' || g, 'x' \
+           FROM generate_series(1, 25000) g",
+    );
+    run("INSERT INTO u SELECT gen_random_uuid(), 'x' FROM generate_series(1, 50)");
+    let same = |table: &str, key: &str| {
+        let sql = format!(
+            "SELECT (SELECT array_agg(pg_catalog.jsonb_array_length(c.keys) ORDER BY c.id) \
+                       FROM indexnow_changes c WHERE c.tbl = '{table}'::regclass)::text || ' ' || \
+                    ((SELECT jsonb_agg(e ORDER BY e) FROM indexnow_changes c, \
+                             jsonb_array_elements(c.keys) e WHERE c.tbl = '{table}'::regclass) \
+                     = (SELECT jsonb_agg(jsonb_build_array({key}) ORDER BY jsonb_build_array({key})) \
+                          FROM {table}))::text"
+        );
+        text(&sql).unwrap()
+    };
+    assert_eq!(same("k", "a, b, c, d"), "{10000,10000,5000} true");
+    assert_eq!(same("u", "id"), "{50} true");
+    // And both derive: every row's URL is queued.
+    assert_eq!(
+        count("SELECT sum(pending)::bigint FROM indexnow_status()"),
+        25050
+    );
+}

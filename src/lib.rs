@@ -30,6 +30,9 @@
 //! - `capture/derive.rs`   runs derivations: pinned settings, a failing row skipped alone, change
 //!   sets derived after commit
 //! - `capture/trigger_function.rs`  `_indexnow_capture()`, the trigger function, and the UPDATE gate
+//! - `capture/cache.rs`    what the trigger knows of a written table, kept per backend until an
+//!   invalidation
+//! - `capture/transition.rs`  transition tables read without SQL: the gate's comparison, the keys
 //! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
 //! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it

@@ -5,6 +5,7 @@
 //!
 //! Its files are in the map at the top of `src/lib.rs`.
 
+pub mod cache;
 pub mod derive;
 pub mod fingerprint;
 pub mod owner;
@@ -12,6 +13,7 @@ pub mod partitions;
 pub mod related;
 pub mod statements;
 pub mod template;
+pub mod transition;
 pub mod trigger_function;
 pub mod triggers;
 pub mod watch;

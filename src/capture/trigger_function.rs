@@ -24,29 +24,17 @@
 //! position, so in practice the first changed row is found where it is.)
 
 use super::derive::{self, Rows, Watch};
-use super::statements::{event_keys, record_change_set};
-use super::{partitions, related};
+use super::statements::{event_keys, record_change_set, CHANGE_SET_KEYS};
+use super::{cache, related, transition};
 use crate::queue::Reason;
 use crate::{plan_cache, wake};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::JsonB;
-use std::ffi::CStr;
 
 /// At most this many rows in each transition table: the recording statement's plan is kept per
 /// backend (a plan made for one row must not meet a million).
 const KEEP_PLAN_ROWS: i64 = 100;
-
-unsafe extern "C-unwind" {
-    // utils/datum.h (not in pgrx's bindings): equal stored images, toasted values detoasted.
-    // Called through `pg_guard_ffi_boundary` (detoasting can raise an ERROR).
-    fn datum_image_eq(
-        value1: pg_sys::Datum,
-        value2: pg_sys::Datum,
-        typbyval: bool,
-        typlen: i32,
-    ) -> bool;
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Event {
@@ -80,19 +68,7 @@ fn indexnow_capture<'a>(
 ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
     let data = trigger.trigger_data();
     // SAFETY: the trigger's own function exists while it runs.
-    let ext = crate::extension::schema_of_function(unsafe { (*data.tg_trigger).tgfoid });
-    // SAFETY: a trigger's relation is open for the duration of the call.
-    let written = unsafe { (*data.tg_relation).rd_id };
-    let mut watches = derive::watch_heads_of(&ext, written);
-    // A partition or inheritance child written directly: its rows are the watched table's above.
-    let mut relid = written;
-    if watches.is_empty() {
-        if let Some(above) = partitions::watched_ancestor(&ext, written) {
-            watches = derive::watch_heads_of(&ext, above);
-            relid = above;
-        }
-    }
-    let relations = related::of_table(&ext, written);
+    let table = cache::table(unsafe { (*data.tg_trigger).tgfoid }, data.tg_relation);
     let event = Event::of(data);
     // SAFETY: the transition tables, when there are any, belong to this trigger call.
     let rows = unsafe {
@@ -103,16 +79,16 @@ fn indexnow_capture<'a>(
             .max()
             .unwrap_or(0)
     };
-    if (watches.is_empty() && relations.is_empty()) || (event != Event::Truncate && rows == 0) {
+    if (table.watches.is_empty() && table.relations.is_empty())
+        || (event != Event::Truncate && rows == 0)
+    {
         return Ok(None);
     }
     let mut key_changed = false;
     let mut any_changed = true;
+    let mut watches: Vec<&Watch> = table.watches.iter().collect();
     if event == Event::Update {
-        // The watches' own columns, and every column for the watches that read this table.
-        let mut ignores: Vec<&[String]> = watches.iter().map(|w| w.ignore.as_slice()).collect();
-        ignores.push(&[]);
-        let (mut changed, key) = changed(data, &ignores);
+        let (mut changed, key) = changed(data, &table);
         key_changed = key;
         any_changed = changed.pop().unwrap_or(true);
         let mut each = changed.iter();
@@ -123,8 +99,7 @@ fn indexnow_capture<'a>(
     if !watches.is_empty() {
         capture_own_rows(
             data,
-            &ext,
-            relid,
+            &table,
             &watches,
             event,
             rows,
@@ -132,8 +107,8 @@ fn indexnow_capture<'a>(
             read_committed,
         );
     }
-    if !relations.is_empty() && any_changed && event != Event::Truncate {
-        capture_dependents(data, &ext, &relations, event, read_committed);
+    if !table.relations.is_empty() && any_changed && event != Event::Truncate {
+        capture_dependents(data, &table.ext, &table.relations, event, read_committed);
     }
     crate::queue::note_own_request();
     // The workers look at the queue (or derive the change set) when, and if, this transaction
@@ -172,40 +147,53 @@ fn derive_at_write() -> i64 {
 
 /// The rows of the written table itself: derived at once when the event is small and the writer
 /// at READ COMMITTED, else recorded as a change set.
-#[allow(clippy::too_many_arguments)]
 fn capture_own_rows(
     data: &pg_sys::TriggerData,
-    ext: &str,
-    relid: pg_sys::Oid,
-    watches: &[Watch],
+    table: &cache::Table,
+    watches: &[&Watch],
     event: Event,
     rows: i64,
     key_changed: bool,
     read_committed: bool,
 ) {
-    let key = if relid == unsafe { (*data.tg_relation).rd_id } {
-        // SAFETY: a trigger's relation is open for the duration of the call.
-        unsafe { key_names(data.tg_relation) }
-    } else {
-        partitions::key_names(relid)
-    };
-    let sources: &[&str] = match event {
-        Event::Insert => &["indexnow_new"],
-        Event::Delete => &["indexnow_old"],
-        Event::Update if key_changed => &["indexnow_new", "indexnow_old"],
-        Event::Update => &["indexnow_new"],
-        Event::Truncate => &[],
+    let ext = &table.ext;
+    let (old, new) = (data.tg_oldtable, data.tg_newtable);
+    let (sources, stores): (&[&str], Vec<_>) = match event {
+        Event::Insert => (&["indexnow_new"], vec![new]),
+        Event::Delete => (&["indexnow_old"], vec![old]),
+        Event::Update if key_changed => (&["indexnow_new", "indexnow_old"], vec![new, old]),
+        Event::Update => (&["indexnow_new"], vec![new]),
+        Event::Truncate => (&[], vec![]),
     };
     let in_statement = event != Event::Truncate && rows <= derive_at_write() && read_committed;
     let ids: Option<Vec<i32>> =
         (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
-    let keys = with_transition_tables(data, |client| {
-        if in_statement {
-            return plan_cache::write(client, &event_keys(&key, sources), &[])?
-                .first()
-                .get_one::<JsonB>();
+    let relid = table.watched;
+    // The keys, read here when their types allow (else by SQL over the transition tables).
+    // SAFETY: the transition tables and the relation's descriptor belong to this trigger call.
+    let read_here = |per_array: usize, distinct: bool| {
+        table.key_columns.as_ref().map(|columns| unsafe {
+            transition::event_keys(
+                &stores,
+                (*data.tg_relation).rd_att,
+                columns,
+                per_array,
+                distinct,
+            )
+        })
+    };
+    let keys: Option<serde_json::Value> = if in_statement {
+        match read_here(usize::MAX, true) {
+            Some(arrays) => arrays.first().map(|a| parse_keys(a)),
+            None => with_transition_tables(data, |client| {
+                plan_cache::write(client, &event_keys(&table.key, sources), &[])?
+                    .first()
+                    .get_one::<JsonB>()
+            })
+            .map(|JsonB(keys)| keys),
         }
-        if event == Event::Truncate {
+    } else if event == Event::Truncate {
+        Spi::connect_mut(|client| {
             plan_cache::write(
                 client,
                 // (once per transaction: a TRUNCATE of a partitioned table fires the triggers of
@@ -219,18 +207,30 @@ fn capture_own_rows(
                     crate::extension::written_by_this_transaction()
                 ),
                 &[relid.into(), ids.clone().into()],
-            )?;
-        } else {
-            let sql = record_change_set(ext, &key, sources);
-            if rows <= KEEP_PLAN_ROWS {
-                plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
-            } else {
-                client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
-            }
+            )
+            .map(|_| ())
+        })
+        .unwrap_or_else(|e| {
+            error!("indexnow: could not record the rows this statement changed: {e}")
+        });
+        None
+    } else {
+        let per_array = usize::try_from(CHANGE_SET_KEYS).expect("a small constant");
+        match read_here(per_array, false) {
+            Some(arrays) => record_arrays(ext, relid, ids.clone(), arrays),
+            None => with_transition_tables(data, |client| {
+                let sql = record_change_set(ext, &table.key, sources);
+                if rows <= KEEP_PLAN_ROWS {
+                    plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
+                } else {
+                    client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
+                }
+                Ok(())
+            }),
         }
-        Ok(None)
-    });
-    if let Some(JsonB(keys)) = keys {
+        None
+    };
+    if let Some(keys) = keys {
         let ids = watches.iter().map(|w| w.id).collect();
         for watch in derive::watches_by_id(ext, ids) {
             if derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
@@ -238,6 +238,31 @@ fn capture_own_rows(
             }
         }
     }
+}
+
+/// Keys written by `transition::event_keys` (valid JSON by construction).
+fn parse_keys(array: &str) -> serde_json::Value {
+    serde_json::from_str(array)
+        .unwrap_or_else(|e| error!("indexnow: a key read from a transition table: {e}"))
+}
+
+/// Records change sets of `relid` for the watches `ids` (NULL: all), one per JSON array of keys.
+fn record_arrays(ext: &str, relid: pg_sys::Oid, ids: Option<Vec<i32>>, arrays: Vec<String>) {
+    let sql = format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
+    );
+    Spi::connect_mut(|client| {
+        for keys in arrays {
+            plan_cache::write(
+                client,
+                &sql,
+                &[relid.into(), ids.clone().into(), keys.into()],
+            )?;
+        }
+        Ok::<_, pgrx::spi::Error>(())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
 }
 
 /// The watched rows that read the written rows (`super::related`): found through foreign keys,
@@ -297,24 +322,11 @@ fn capture_dependents(
 /// `tg_updatedcols`): reading both transition tables to their end to prove every key equal cost
 /// a bulk UPDATE more than recording its keys. A key changed by a BEFORE trigger alone is not seen
 /// (the old row's URL then waits for the next reconcile).
-fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, bool) {
-    let relation = data.tg_relation;
-    // SAFETY: the descriptor and the key's attribute set belong to the open relation.
-    let (key, attributes) = unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let compared: Vec<Vec<i16>> = ignores
-        .iter()
-        .map(|ignore| {
-            attributes
-                .iter()
-                .filter(|(att, name)| key.contains(att) || !ignore.contains(name))
-                .map(|(att, _)| *att)
-                .collect()
-        })
-        .collect();
-    let columns: Vec<&[i16]> = compared.iter().map(Vec::as_slice).collect();
+fn changed(data: &pg_sys::TriggerData, table: &cache::Table) -> (Vec<bool>, bool) {
+    let columns: Vec<&[i16]> = table.compared.iter().map(Vec::as_slice).collect();
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
     let changed = unsafe {
-        differing_sets(
+        transition::differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
             (*data.tg_relation).rd_att,
@@ -324,7 +336,7 @@ fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, boo
     // SAFETY: the set of updated columns belongs to this trigger call (NULL: unknown).
     let key_set = unsafe {
         data.tg_updatedcols.is_null()
-            || key.iter().any(|&att| {
+            || table.primary_key.iter().any(|&att| {
                 pg_sys::bms_is_member(
                     i32::from(att) - pg_sys::FirstLowInvalidHeapAttributeNumber,
                     data.tg_updatedcols,
@@ -332,165 +344,6 @@ fn changed(data: &pg_sys::TriggerData, ignores: &[&[String]]) -> (Vec<bool>, boo
             })
     };
     (changed, key_set)
-}
-
-/// For each set of attribute numbers, whether some row differs between `old` and `new` (read side
-/// by side) in one of them. Stops reading when every set has a difference.
-unsafe fn differing_sets(
-    old: *mut pg_sys::Tuplestorestate,
-    new: *mut pg_sys::Tuplestorestate,
-    desc: pg_sys::TupleDesc,
-    sets: &[&[i16]],
-) -> Vec<bool> {
-    if pg_sys::tuplestore_tuple_count(old) != pg_sys::tuplestore_tuple_count(new) {
-        return vec![true; sets.len()];
-    }
-    // A set with no column cannot see a change: it counts as changed, so its statement runs.
-    let mut changed: Vec<bool> = sets.iter().map(|s| s.is_empty()).collect();
-    let mut unchanged = changed.iter().filter(|c| !**c).count();
-    let last = sets
-        .iter()
-        .flat_map(|s| s.iter())
-        .copied()
-        .max()
-        .unwrap_or(0);
-    if unchanged == 0 {
-        return changed;
-    }
-    let old_rows = Reader::new(old, desc);
-    let new_rows = Reader::new(new, desc);
-    while unchanged > 0 {
-        let (has_old, has_new) = (old_rows.next(last), new_rows.next(last));
-        if !has_old || !has_new {
-            if has_old != has_new {
-                changed.iter_mut().for_each(|c| *c = true);
-            }
-            break;
-        }
-        for (set, changed) in sets.iter().zip(changed.iter_mut()) {
-            if !*changed && set.iter().any(|&att| !old_rows.same(&new_rows, att)) {
-                *changed = true;
-                unchanged -= 1;
-            }
-        }
-    }
-    changed
-}
-
-/// A read of one transition table from its start, on a read pointer of its own (the statements
-/// read it again afterwards with theirs).
-struct Reader {
-    store: *mut pg_sys::Tuplestorestate,
-    slot: *mut pg_sys::TupleTableSlot,
-    desc: pg_sys::TupleDesc,
-}
-
-impl Reader {
-    unsafe fn new(store: *mut pg_sys::Tuplestorestate, desc: pg_sys::TupleDesc) -> Self {
-        let pointer = pg_sys::tuplestore_alloc_read_pointer(store, pg_sys::EXEC_FLAG_REWIND as i32);
-        pg_sys::tuplestore_select_read_pointer(store, pointer);
-        pg_sys::tuplestore_rescan(store);
-        let slot = pg_sys::MakeSingleTupleTableSlot(desc, &pg_sys::TTSOpsMinimalTuple);
-        Reader { store, slot, desc }
-    }
-
-    /// Reads the next row and deforms its first `last` columns; false at the end.
-    unsafe fn next(&self, last: i16) -> bool {
-        if !pg_sys::tuplestore_gettupleslot(self.store, true, false, self.slot) {
-            return false;
-        }
-        pg_sys::slot_getsomeattrs_int(self.slot, last.into());
-        true
-    }
-
-    /// Whether attribute `att` (1-based) of the current rows of `self` and `other` is the same.
-    unsafe fn same(&self, other: &Reader, att: i16) -> bool {
-        let i = (att - 1) as usize;
-        let (a_null, b_null) = (
-            *(*self.slot).tts_isnull.add(i),
-            *(*other.slot).tts_isnull.add(i),
-        );
-        if a_null || b_null {
-            return a_null == b_null;
-        }
-        let attr = crate::compat::attribute(self.desc, i);
-        let (a, b) = (
-            *(*self.slot).tts_values.add(i),
-            *(*other.slot).tts_values.add(i),
-        );
-        pg_sys::ffi::pg_guard_ffi_boundary(|| {
-            datum_image_eq(a, b, attr.attbyval, attr.attlen.into())
-        })
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        // SAFETY: the slot was made by `new` and is used by nobody else; read pointer 0 is the
-        // one the tuplestore had active before.
-        unsafe {
-            pg_sys::ExecDropSingleTupleTableSlot(self.slot);
-            pg_sys::tuplestore_select_read_pointer(self.store, 0);
-        }
-    }
-}
-
-/// The attribute numbers of the relation's primary key.
-unsafe fn primary_key(relation: pg_sys::Relation) -> Vec<i16> {
-    let set = pg_sys::RelationGetIndexAttrBitmap(
-        relation,
-        pg_sys::IndexAttrBitmapKind::INDEX_ATTR_BITMAP_PRIMARY_KEY,
-    );
-    let mut key = vec![];
-    let mut member = -1;
-    loop {
-        member = pg_sys::bms_next_member(set, member);
-        if member < 0 {
-            return key;
-        }
-        // members are offset so that system columns fit (see RelationGetIndexAttrBitmap)
-        key.push((member + pg_sys::FirstLowInvalidHeapAttributeNumber) as i16);
-    }
-}
-
-/// The relation's columns that are not dropped: (attribute number, name).
-unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<(i16, String)> {
-    let natts = (*desc).natts as usize;
-    (0..natts)
-        .map(|i| crate::compat::attribute(desc, i))
-        .filter(|a| !a.attisdropped)
-        .map(|a| {
-            let name = CStr::from_ptr(a.attname.data.as_ptr())
-                .to_string_lossy()
-                .into_owned();
-            (a.attnum, name)
-        })
-        .collect()
-}
-
-/// The names of the relation's primary key columns, in the key's order.
-unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
-    let index = crate::compat::primary_key_index(relation);
-    if index == pg_sys::InvalidOid {
-        error!("indexnow: a watched table has no primary key any more");
-    }
-    let desc = (*relation).rd_att;
-    let index_rel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    let form = &*(*index_rel).rd_index;
-    let names = form
-        .indkey
-        .values
-        .as_slice(form.indnkeyatts as usize)
-        .iter()
-        .map(|&att| {
-            let a = crate::compat::attribute(desc, att as usize - 1);
-            CStr::from_ptr(a.attname.data.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    names
 }
 
 /// Records `keys` (`[[k0, ...], ...]`) of `watch`'s table as change sets for that watch.

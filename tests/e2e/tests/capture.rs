@@ -282,3 +282,125 @@ fn the_worker_derives_bulk_statements_while_sending_is_paused() {
     });
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 500);
 }
+
+/// Each session keeps what the capture trigger knows about a table (its watches, their ignore
+/// lists, the related watches); a change made by another session is seen by the next save: a
+/// watch replaced with another ignore list, a watch removed, a watch added.
+#[test]
+fn a_session_saving_all_along_follows_watch_changes_made_by_another() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    let mut admin = cluster.connect("site");
+    publish_and_push(&mut db, "a");
+    db.batch_execute("UPDATE pages SET body = 'one' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/th/a changed"]);
+    // Another session replaces the watch: body is ignored now.
+    admin
+        .batch_execute(
+            "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{slug}', \
+               visible => $$status = 'published'$$, ignore => '{body,updated_at}')",
+        )
+        .unwrap();
+    // (a watch replaced re-derives every row under its new fingerprint: sent as pushed)
+    publish_and_push(&mut db, "b2");
+    db.batch_execute("UPDATE pages SET body = 'two' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(queued(&mut db), Vec::<String>::new());
+    db.batch_execute("UPDATE pages SET title = 'two' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/th/a changed"]);
+    publish_and_push(&mut db, "c");
+    // A second watch on the table, for another language: the next save queues its URL too.
+    admin
+        .batch_execute(
+            "SELECT indexnow_watch('pages', url => 'https://www.example.com/en/{slug}', \
+               visible => $$status = 'published'$$)",
+        )
+        .unwrap();
+    publish_and_push(&mut db, "d");
+    db.batch_execute("UPDATE pages SET body = 'three' WHERE slug = 'd'")
+        .unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/en/d changed"]);
+    publish_and_push(&mut db, "e");
+    // One of the two unwatched by the other session: the next save queues only the other's URL.
+    admin
+        .batch_execute("SELECT indexnow_unwatch('pages', 'https://www.example.com/en/{slug}')")
+        .unwrap();
+    db.batch_execute("UPDATE pages SET title = 'four' WHERE slug = 'd'")
+        .unwrap();
+    let after = queued(&mut db);
+    assert!(
+        after.contains(&"https://www.example.com/th/d changed".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        !after
+            .iter()
+            .any(|u| u.starts_with("https://www.example.com/en/d ")),
+        "{after:?}"
+    );
+    publish_and_push(&mut db, "f");
+    // A write to the watch table alone (no DDL, as an upgrade script makes one) is heard too:
+    // with title ignored by the UPDATE gate, a title-only save does not reach the derivation.
+    admin
+        .batch_execute("UPDATE indexnow_watches SET ignore = ignore || '{title}' WHERE active")
+        .unwrap();
+    db.batch_execute("UPDATE pages SET title = 'five' WHERE slug = 'd'")
+        .unwrap();
+    assert_eq!(queued(&mut db), Vec::<String>::new());
+}
+
+/// The same for related tables: a session that writes a category all along re-derives the pages
+/// of a watch another session made since on a second table reading that category.
+#[test]
+fn a_session_writing_a_related_table_follows_a_watch_added_by_another() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE categories (id int PRIMARY KEY, slug text NOT NULL);
+         CREATE TABLE articles (id int PRIMARY KEY, slug text NOT NULL, \
+           category_id int NOT NULL REFERENCES categories);
+         CREATE TABLE videos (id int PRIMARY KEY, slug text NOT NULL, \
+           category_id int NOT NULL REFERENCES categories);
+         INSERT INTO categories VALUES (1, 'news');
+         INSERT INTO articles VALUES (1, 'a1', 1);
+         INSERT INTO videos VALUES (1, 'v1', 1);
+         SELECT indexnow_watch('articles', url_sql => $$'https://www.example.com/' || \
+           (SELECT c.slug FROM categories c WHERE c.id = category_id) || '/' || slug$$, \
+           related => '{categories}');",
+    )
+    .unwrap();
+    let settle = "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+                    last_pushed_at = now() WHERE request_seq > settled_seq";
+    db.batch_execute(settle).unwrap();
+    db.batch_execute("UPDATE categories SET slug = 'world'")
+        .unwrap();
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/news/a1 moved",
+            "https://www.example.com/world/a1 created"
+        ]
+    );
+    let mut admin = cluster.connect("site");
+    admin
+        .batch_execute(
+            "SELECT indexnow_watch('videos', url_sql => $$'https://www.example.com/video/' || \
+               (SELECT c.slug FROM categories c WHERE c.id = category_id) || '/' || slug$$, \
+               related => '{categories}')",
+        )
+        .unwrap();
+    db.batch_execute(settle).unwrap();
+    db.batch_execute("UPDATE categories SET slug = 'planet'")
+        .unwrap();
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/planet/a1 created",
+            "https://www.example.com/video/planet/v1 created",
+            "https://www.example.com/video/world/v1 moved",
+            "https://www.example.com/world/a1 moved"
+        ]
+    );
+}
