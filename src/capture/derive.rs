@@ -75,41 +75,18 @@ pub fn watches_of(ext: &str, table: pg_sys::Oid) -> Vec<Watch> {
         ext,
         "w.tbl = $1::pg_catalog.oid::pg_catalog.regclass",
         table.into(),
-        true,
-    )
-}
-
-/// The active watches of the table `$1` without their statements (empty): what the capture
-/// trigger needs to record a change set, on every save (the statements are long, compressed
-/// texts).
-pub fn watch_heads_of(ext: &str, table: pg_sys::Oid) -> Vec<Watch> {
-    watches_where(
-        ext,
-        "w.tbl = $1::pg_catalog.oid::pg_catalog.regclass",
-        table.into(),
-        false,
     )
 }
 
 /// The active watches among `ids`.
 pub fn watches_by_id(ext: &str, ids: Vec<i32>) -> Vec<Watch> {
-    watches_where(ext, "w.id = ANY ($1)", ids.into(), true)
+    watches_where(ext, "w.id = ANY ($1)", ids.into())
 }
 
-fn watches_where(
-    ext: &str,
-    condition: &str,
-    arg: pgrx::datum::DatumWithOid<'_>,
-    statements: bool,
-) -> Vec<Watch> {
-    let statements = if statements {
-        "w.derive_keys, w.derive_all"
-    } else {
-        "'', ''"
-    };
+fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>) -> Vec<Watch> {
     let sql = format!(
         "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                {statements}, w.ignore \
+                w.derive_keys, w.derive_all, w.ignore \
            FROM {ext}.indexnow_watches w \
            JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \

@@ -231,10 +231,9 @@ fn capture_own_rows(
         None
     };
     if let Some(keys) = keys {
-        let ids = watches.iter().map(|w| w.id).collect();
-        for watch in derive::watches_by_id(ext, ids) {
-            if derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
-                record_keys(ext, &watch, keys.clone()); // a deadlock or the like: derived later
+        for watch in watches {
+            if derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
+                record_keys(ext, watch, keys.clone()); // a deadlock or the like: derived later
             }
         }
     }
