@@ -228,7 +228,34 @@ impl Skipped {
 /// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
 /// the rows for later.
 pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
+    derive_with(watch, rows, absent, &[])
+}
+
+/// How long a write waits for a queue row or source that another transaction holds (a worker
+/// deriving a change set of 10,000 keys holds them for most of a second) before it leaves its
+/// event to the workers: recorded as a change set, derived after that transaction.
+const WRITE_WAITS_AT_MOST: &str = "20ms";
+
+/// Derives the rows a writing statement changed (its keys), in that statement: as [`derive`],
+/// except that a lock held by another transaction fails it at once (then the caller records the
+/// keys), so that no save waits for a worker's derivation.
+pub fn derive_at_write(watch: &Watch, keys: Value) -> Result<(Derived, bool), String> {
+    derive_with(
+        watch,
+        Rows::Keyed(keys),
+        Reason::Deleted,
+        &[("lock_timeout", WRITE_WAITS_AT_MOST.into())],
+    )
+}
+
+fn derive_with(
+    watch: &Watch,
+    rows: Rows,
+    absent: Reason,
+    more_settings: &[(&'static str, String)],
+) -> Result<(Derived, bool), String> {
     let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
+    settings.extend_from_slice(more_settings);
     if matches!(rows, Rows::Keyed(_)) {
         // At most 10,000 keys: index probes are always the plan. Without statistics on the
         // queue's tables (a watch just made, before autovacuum's first ANALYZE) the planner took

@@ -1,32 +1,30 @@
-//! `_indexnow_capture()`: the trigger function on every watched table, and the UPDATE gate in front
-//! of the capture statements.
+//! `_indexnow_capture()`: the trigger function on every watched table.
 //!
 //! Every capture trigger (statement-level, with transition tables, plus TRUNCATE) calls this
-//! function. It hands the event to `super::runner`, which runs, for each watch of the table, the
-//! set-based statement `indexnow_watch()` generated (`super::plan`) — except that for an UPDATE
-//! it first asks which watches have anything to do.
+//! function. For each event it takes what this backend knows of the table (`super::cache`: its
+//! watches, the related-table watches that read it, its key), and for an UPDATE first asks which
+//! watches have anything to do (the UPDATE gate); then it derives the event in the statement
+//! (small events at READ COMMITTED, `indexnow.derive_at_write`) or records its keys as change
+//! sets, and finds the watched rows that read the written rows (related tables).
 //!
-//! Why: a bulk UPDATE that changes only ignored columns (a view counter, `sort_order`,
-//! `updated_at`) is common and must stay cheap, and the capture statement pays for pairing every
-//! old row with its new row by key (a hash join over both transition tables) before it can see
-//! that nothing public changed. Here the two transition tables are read side by side, row by row,
-//! comparing only the columns a watch cares about (its key and every column not in its `ignore`
-//! list): no SQL, no join, and a stop at the first difference. A watch whose columns are equal
-//! in every row has nothing to queue, so its statement is not run.
+//! The UPDATE gate. A bulk UPDATE that changes only ignored columns (a view counter,
+//! `sort_order`, `updated_at`) is common and must stay cheap. The two transition tables are read
+//! side by side, row by row (`super::transition`), comparing only the columns a watch cares
+//! about (its key and every column not in its `ignore` list): no SQL, no join, and a stop at the
+//! first difference. A watch whose columns are equal in every row has nothing to derive and is
+//! skipped.
 //!
-//! The comparison only decides whether the statement runs, never what it queues, so it may err
-//! towards running it, and it does: values are compared as stored (`datum_image_eq`, which
+//! The comparison only decides whether the watch derives, never what it queues, so it may err
+//! towards deriving, and it does: values are compared as stored (`datum_image_eq`, which
 //! detoasts), so two values a type calls equal but stores differently count as different and the
-//! statement decides as before. It needs no assumption about row order either: if for every
-//! position the old and new rows agree on the key and the compared columns, then every key has
-//! the same compared columns before and after, which is exactly "the statement's pairs are all
-//! unchanged". (PostgreSQL does write each updated row's old and new versions at the same
-//! position, so in practice the first changed row is found where it is.)
+//! derivation decides. It needs no assumption about row order either: if for every position the
+//! old and new rows agree on the key and the compared columns, then every key has the same
+//! compared columns before and after. (PostgreSQL does write each updated row's old and new
+//! versions at the same position, so in practice the first changed row is found where it is.)
 
-use super::derive::{self, Rows, Watch};
+use super::derive::{self, Watch};
 use super::statements::{event_keys, record_change_set, CHANGE_SET_KEYS};
 use super::{cache, related, transition};
-use crate::queue::Reason;
 use crate::{plan_cache, wake};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -232,7 +230,7 @@ fn capture_own_rows(
     };
     if let Some(keys) = keys {
         for watch in watches {
-            if derive::derive(watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
+            if derive::derive_at_write(watch, keys.clone()).is_err() {
                 record_keys(ext, watch, keys.clone()); // a deadlock or the like: derived later
             }
         }
@@ -303,7 +301,7 @@ fn capture_dependents(
             continue;
         };
         if read_committed && n <= derive_at_write() {
-            if derive::derive(&watch, Rows::Keyed(keys.clone()), Reason::Deleted).is_err() {
+            if derive::derive_at_write(&watch, keys.clone()).is_err() {
                 record_keys(ext, &watch, keys); // a deadlock or the like: derived later
             }
         } else {

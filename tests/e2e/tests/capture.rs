@@ -404,3 +404,54 @@ fn a_session_writing_a_related_table_follows_a_watch_added_by_another() {
         ]
     );
 }
+
+/// A save derived in its own statement never waits for a worker deriving a change set that holds
+/// the same page (most of a second for 10,000 keys): it leaves its event to the workers instead
+/// (recorded, derived after that change set), and nothing is lost.
+#[test]
+fn a_save_does_not_wait_for_a_derivation_holding_its_page() {
+    // (no worker: this session plays it)
+    let cluster = Cluster::start(Options {
+        preload: false,
+        ..Options::default()
+    });
+    let mut db = site(&cluster);
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) SELECT 'p' || g, 'published' FROM generate_series(1, 200) g; \
+         SELECT indexnow_derive(); \
+         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now() WHERE request_seq > settled_seq; \
+         UPDATE pages SET body = 'bulk'",
+    )
+    .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
+    // A deriver (as a worker does, one change set a transaction), not yet committed.
+    let mut deriver = cluster.connect("site");
+    deriver
+        .batch_execute("BEGIN; SELECT indexnow_derive(1)")
+        .unwrap();
+    let mut saver = cluster.connect("site");
+    saver.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let started = std::time::Instant::now();
+    saver
+        .batch_execute("UPDATE pages SET body = 'mine' WHERE slug = 'p5'")
+        .unwrap();
+    assert!(started.elapsed() < SECONDS(2), "{:?}", started.elapsed());
+    // (the change set being derived, and the save's own)
+    assert_eq!(
+        count(&mut saver, "SELECT count(*) FROM indexnow_changes"),
+        2
+    );
+    deriver.batch_execute("COMMIT").unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
+    let queued = queued(&mut db);
+    assert_eq!(queued.len(), 200);
+    assert!(queued.contains(&"https://www.example.com/th/p5 changed".to_string()));
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
+    // The page's source is the saved version: saving it again as it is queues nothing more.
+    let seq = "SELECT request_seq FROM indexnow_urls WHERE url = 'https://www.example.com/th/p5'";
+    let before = count(&mut db, seq);
+    db.batch_execute("UPDATE pages SET body = 'mine' WHERE slug = 'p5'")
+        .unwrap();
+    assert_eq!(count(&mut db, seq), before);
+}
