@@ -1283,3 +1283,40 @@ fn keys_are_recorded_as_sql_writes_them_whoever_reads_them() {
         25050
     );
 }
+
+/// Recorded saves leave a change set each; a derivation takes the oldest with the next ones of
+/// the same table and watches (up to 10,000 keys), and no other table's.
+#[pg_test]
+fn small_change_sets_of_one_table_are_derived_together() {
+    site();
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("CREATE TABLE other (id int PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('other', url => 'https://www.example.com/o/{slug}')");
+    for i in 1..=30 {
+        run(&format!(
+            "INSERT INTO pages (slug, status) VALUES ('p{i}', 'published')"
+        ));
+        if i == 10 {
+            run("INSERT INTO other VALUES (1, 'o1')");
+        }
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 31);
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    // The 30 saves of pages in one derivation; the other table's change set waits for the next.
+    assert_eq!(
+        text("SELECT string_agg(tbl::regclass::text, ',') FROM indexnow_changes").as_deref(),
+        Some("other")
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/p%' AND request_seq > settled_seq"),
+        30
+    );
+    // A bulk change set of 10,000 keys is derived alone.
+    run("INSERT INTO pages (slug, status) SELECT 'b' || g, 'published' FROM generate_series(1, 10000) g");
+    run("INSERT INTO pages (slug, status) VALUES ('after', 'published')");
+    assert_eq!(count("SELECT indexnow_derive(2)"), 2);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_changes WHERE tbl = 'pages'::regclass"),
+        1
+    );
+}

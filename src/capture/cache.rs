@@ -40,7 +40,7 @@ pub struct Table {
     /// writing statement with them).
     pub watches: Vec<Watch>,
     /// The related-table watches that read the written table.
-    pub relations: Vec<related::Dependents>,
+    pub relations: Vec<Relation>,
     /// The names of the watched table's key columns, in the key's order.
     pub key: Vec<String>,
     /// The key's columns in the written table, when every one is of a type whose recorded form
@@ -51,6 +51,13 @@ pub struct Table {
     /// For each watch, then for the related-table watches: the attribute numbers the UPDATE gate
     /// compares (the key and every column the watch does not ignore).
     pub compared: Vec<Vec<i16>>,
+}
+
+/// A watch that reads the written table as a related table.
+pub struct Relation {
+    /// The query from the written rows to the watch's rows (`super::related`).
+    pub dependents: String,
+    pub watch: Watch,
 }
 
 /// A key column of the written table, and how its value is written in a recorded key.
@@ -111,7 +118,18 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation) -> Table {
             watched = above;
         }
     }
-    let relations = related::of_table(&ext, written);
+    let dependents = related::of_table(&ext, written);
+    let watches_reading =
+        derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());
+    let relations = dependents
+        .into_iter()
+        .filter_map(|d| {
+            Some(Relation {
+                watch: watches_reading.iter().find(|w| w.id == d.watch_id)?.clone(),
+                dependents: d.dependents,
+            })
+        })
+        .collect();
     // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
     let (key, primary_key, attributes) = unsafe {
         let key = if watched == written {

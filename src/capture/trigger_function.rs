@@ -106,7 +106,14 @@ fn indexnow_capture<'a>(
         );
     }
     if !table.relations.is_empty() && any_changed && event != Event::Truncate {
-        capture_dependents(data, &table.ext, &table.relations, event, read_committed);
+        capture_dependents(
+            data,
+            &table.ext,
+            &table.relations,
+            event,
+            rows,
+            read_committed,
+        );
     }
     crate::queue::note_own_request();
     // The workers look at the queue (or derive the change set) when, and if, this transaction
@@ -267,8 +274,9 @@ fn record_arrays(ext: &str, relid: pg_sys::Oid, ids: Option<Vec<i32>>, arrays: V
 fn capture_dependents(
     data: &pg_sys::TriggerData,
     ext: &str,
-    relations: &[related::Dependents],
+    relations: &[cache::Relation],
     event: Event,
+    rows: i64,
     read_committed: bool,
 ) {
     let sources: &[&str] = match event {
@@ -277,35 +285,32 @@ fn capture_dependents(
         _ => &["indexnow_new", "indexnow_old"],
     };
     let changed = related::changed_rows(sources);
-    let found: Vec<(i32, Option<JsonB>)> = with_transition_tables(data, |client| {
+    let found: Vec<Option<JsonB>> = with_transition_tables(data, |client| {
         let mut found = vec![];
         for r in relations {
             let sql = format!(
                 "SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
                 r.dependents.replace(related::CHANGED, &changed)
             );
-            found.push((
-                r.watch_id,
-                client
-                    .update(sql.as_str(), None, &[])?
-                    .first()
-                    .get_one::<JsonB>()?,
-            ));
+            let table = if rows <= KEEP_PLAN_ROWS {
+                plan_cache::write(client, &sql, &[])?
+            } else {
+                client.update(sql.as_str(), None, &[])?
+            };
+            found.push(table.first().get_one::<JsonB>()?);
         }
         Ok(found)
     });
-    for (watch_id, keys) in found {
+    for (relation, keys) in relations.iter().zip(found) {
         let Some(JsonB(keys)) = keys else { continue };
         let n = keys.as_array().map_or(0, Vec::len) as i64;
-        let Some(watch) = derive::watches_by_id(ext, vec![watch_id]).pop() else {
-            continue;
-        };
+        let watch = &relation.watch;
         if read_committed && n <= derive_at_write() {
-            if derive::derive_at_write(&watch, keys.clone()).is_err() {
-                record_keys(ext, &watch, keys); // a deadlock or the like: derived later
+            if derive::derive_at_write(watch, keys.clone()).is_err() {
+                record_keys(ext, watch, keys); // a deadlock or the like: derived later
             }
         } else {
-            record_keys(ext, &watch, keys);
+            record_keys(ext, watch, keys);
         }
     }
 }
