@@ -16,6 +16,21 @@ BEGIN
 END
 $check$;
 
+-- Each backend keeps what the capture trigger knows about a watched table (src/capture/cache.rs);
+-- a write to the watch tables tells every backend to read them again. Made first, so that this
+-- script's own writes to indexnow_watches (the statements rewritten below) reach the backends
+-- whose trigger kept the old statements since the server restarted with this library.
+CREATE FUNCTION @extschema@."_indexnow_watches_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'indexnow_watches_changed_wrapper';
+CREATE TRIGGER indexnow_watches_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_watches
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();
+CREATE TRIGGER indexnow_relations_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_relations
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();
+
 -- The internal functions take a leading underscore, so that `\df indexnow_*` lists only what
 -- users call. A rename keeps each function's oid, grants and settings, and the capture triggers
 -- on the users' tables (which name their function by oid) keep firing.
@@ -144,15 +159,3 @@ BEGIN
 END
 $upgrade$;
 
--- Each backend keeps what the capture trigger knows about a watched table (src/capture/cache.rs);
--- a write to the watch tables tells every backend to read them again.
-CREATE FUNCTION @extschema@."_indexnow_watches_changed"()
-	RETURNS TRIGGER
-	LANGUAGE c
-	AS 'MODULE_PATHNAME', 'indexnow_watches_changed_wrapper';
-CREATE TRIGGER indexnow_watches_changed
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_watches
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();
-CREATE TRIGGER indexnow_relations_changed
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.indexnow_relations
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@._indexnow_watches_changed();
