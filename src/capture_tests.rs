@@ -1285,7 +1285,8 @@ fn keys_are_recorded_as_sql_writes_them_whoever_reads_them() {
 }
 
 /// Recorded saves leave a change set each; a derivation takes the oldest with the next ones of
-/// the same table and watches (up to 10,000 keys), and no other table's.
+/// the same table and watches (up to 10,000 keys), and no other table's. `indexnow_derive(n)`
+/// derives at most n change sets and says how many.
 #[pg_test]
 fn small_change_sets_of_one_table_are_derived_together() {
     site();
@@ -1301,8 +1302,8 @@ fn small_change_sets_of_one_table_are_derived_together() {
         }
     }
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 31);
-    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
-    // The 30 saves of pages in one derivation; the other table's change set waits for the next.
+    assert_eq!(count("SELECT indexnow_derive(30)"), 30);
+    // The 30 saves of pages, derived together; the other table's change set, the 11th, waits.
     assert_eq!(
         text("SELECT string_agg(tbl::regclass::text, ',') FROM indexnow_changes").as_deref(),
         Some("other")
@@ -1318,5 +1319,29 @@ fn small_change_sets_of_one_table_are_derived_together() {
     assert_eq!(
         count("SELECT count(*) FROM indexnow_changes WHERE tbl = 'pages'::regclass"),
         1
+    );
+}
+
+/// A table read only as a related table needs no primary key (its foreign key may reference a
+/// unique constraint): writing it works, and re-derives the pages that read it.
+#[pg_test]
+fn a_related_table_without_a_primary_key_can_be_written() {
+    run("CREATE TABLE sections (code text UNIQUE NOT NULL, name text)");
+    run(
+        "CREATE TABLE docs (id int PRIMARY KEY, slug text NOT NULL, \
+           section text NOT NULL REFERENCES sections (code))",
+    );
+    run(
+        "SELECT indexnow_watch('docs', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.name FROM sections s WHERE s.code = section) || '/' || slug$$, \
+           related => '{sections}')",
+    );
+    run("INSERT INTO sections VALUES ('a', 'alpha')");
+    run("INSERT INTO docs VALUES (1, 'one', 'a')");
+    pushed();
+    run("UPDATE sections SET name = 'beta'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/alpha/one moved\nhttps://www.example.com/beta/one created"
     );
 }

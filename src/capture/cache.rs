@@ -51,6 +51,11 @@ pub struct Table {
     /// For each watch, then for the related-table watches: the attribute numbers the UPDATE gate
     /// compares (the key and every column the watch does not ignore).
     pub compared: Vec<Vec<i16>>,
+    /// Begins the text of every kept statement that reads this table's transition tables. A
+    /// plan over a transition table does not follow the table's DDL (PostgreSQL knows it only as
+    /// a name), and the same text serves tables whose key columns have the same names and other
+    /// types: the tag keeps the plans apart per table, and they are forgotten with the entry.
+    pub plan_tag: String,
 }
 
 /// A watch that reads the written table as a related table.
@@ -90,21 +95,33 @@ thread_local! {
 
 /// What capture knows about `written`, whose capture trigger function is `function`.
 pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
-    // SAFETY: a trigger's relation is open for the duration of the call.
-    let written = unsafe { (*relation).rd_id };
+    // SAFETY: a trigger's relation is open for the duration of the call. Invalidations are
+    // otherwise heard only when a lock is newly taken: a transaction that already holds the
+    // table's must still see a watch changed since its last statement, as it did when the
+    // trigger read the watches with each statement's snapshot.
+    let written = unsafe {
+        pg_sys::AcceptInvalidationMessages();
+        (*relation).rd_id
+    };
     if let Some(table) = TABLES.with(|t| t.borrow().get(&written).cloned()) {
         return table;
     }
     register_callback();
+    let plan_tag = format!("/* indexnow: transition tables of {} */ ", written.to_u32());
+    crate::plan_cache::forget_starting_with(&plan_tag);
     let generation = GENERATION.get();
-    let table = Rc::new(build(function, relation));
-    if GENERATION.get() == generation {
+    let table = Rc::new(build(function, relation, plan_tag));
+    // Built from the transaction's snapshot at REPEATABLE READ or SERIALIZABLE, it may miss a
+    // watch committed (and heard) since: used for this statement, not kept.
+    // SAFETY: a plain read of this backend's isolation level.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
+    if GENERATION.get() == generation && read_committed {
         TABLES.with(|t| t.borrow_mut().insert(written, table.clone()));
     }
     table
 }
 
-fn build(function: pg_sys::Oid, relation: pg_sys::Relation) -> Table {
+fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) -> Table {
     let ext = crate::extension::schema_of_function(function);
     // SAFETY: a trigger's relation is open for the duration of the call.
     let written = unsafe { (*relation).rd_id };
@@ -130,9 +147,13 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation) -> Table {
             })
         })
         .collect();
+    // (a table read only as a related table needs no key of its own: its foreign key may
+    // reference a unique constraint)
     // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
     let (key, primary_key, attributes) = unsafe {
-        let key = if watched == written {
+        let key = if watches.is_empty() {
+            vec![]
+        } else if watched == written {
             key_names(relation)
         } else {
             partitions::key_names(watched)
@@ -173,6 +194,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation) -> Table {
         key_columns,
         primary_key,
         compared,
+        plan_tag,
     }
 }
 

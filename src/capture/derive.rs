@@ -415,12 +415,12 @@ pub enum Waiting {
 }
 
 /// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
-/// it), together with the small ones after it of the same table and watches, and deletes them.
-/// False when there was none.
-pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
+/// it), together with small ones after it of the same table and watches (`most` change sets in
+/// all at most), and deletes them. Returns how many it derived: 0 when there was none.
+pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize {
     // A read first: an idle worker's pass takes no transaction id.
-    if !change_sets_waiting(ext) || !may_derive_here() {
-        return false;
+    if most == 0 || !change_sets_waiting(ext) || !may_derive_here() {
+        return 0;
     }
     let lock = match waiting {
         Waiting::Skip => "FOR UPDATE SKIP LOCKED",
@@ -444,11 +444,11 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
     })
     .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"));
     let Some((id, table, only, keys)) = change else {
-        return false;
+        return 0;
     };
     let (ids, keys) = match keys {
         Some(JsonB(keys)) => {
-            let (ids, keys) = with_small_ones_after(ext, id, table, &only, keys);
+            let (ids, keys) = with_small_ones_after(ext, id, table, &only, keys, most - 1);
             (ids, Some(JsonB(keys)))
         }
         None => (vec![id], None),
@@ -478,7 +478,7 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
         plan_cache::write(
             client,
             &format!("DELETE FROM {ext}.indexnow_changes WHERE id = ANY ($1)"),
-            &[ids.into()],
+            &[ids.clone().into()],
         )
         .map(|_| ())
     })
@@ -486,11 +486,11 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting) -> bool {
     if wrote {
         crate::wake::worker_at_commit();
     }
-    true
+    ids.len()
 }
 
 /// At most this many change sets are derived together.
-const MERGED_AT_MOST: usize = 100;
+pub const MERGED_AT_MOST: usize = 100;
 
 /// The change set `id` (`keys`) and the next ones of the same table and watches that no one else
 /// is deriving, as long as their keys add up to at most a change set's: their ids and all their
@@ -503,25 +503,27 @@ fn with_small_ones_after(
     table: pg_sys::Oid,
     only: &Option<Vec<i32>>,
     keys: Value,
+    more_at_most: usize,
 ) -> (Vec<i64>, Value) {
     let mut ids = vec![id];
     let Value::Array(mut all) = keys else {
         return (ids, keys);
     };
     let most = usize::try_from(super::statements::CHANGE_SET_KEYS).expect("a small constant");
-    if all.len() >= most {
+    if all.len() >= most || more_at_most == 0 {
         return (ids, Value::Array(all));
     }
     let more = format!(
         "SELECT id, keys FROM {ext}.indexnow_changes \
           WHERE tbl = $1 AND watches IS NOT DISTINCT FROM $2 AND keys IS NOT NULL AND id > $3 \
-          ORDER BY id LIMIT {MERGED_AT_MOST} FOR UPDATE SKIP LOCKED"
+          ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED"
     );
+    let limit = i64::try_from(more_at_most.min(MERGED_AT_MOST - 1)).expect("a small number");
     Spi::connect_mut(|client| {
         let rows = plan_cache::write(
             client,
             &more,
-            &[table.into(), only.clone().into(), id.into()],
+            &[table.into(), only.clone().into(), id.into(), limit.into()],
         )?;
         for row in rows {
             let (Some(next), Some(JsonB(Value::Array(keys)))) =
@@ -556,10 +558,13 @@ fn may_derive_here() -> bool {
 /// Derives every change set there is, in the calling transaction (a reader). Returns how many.
 pub fn derive_all_change_sets(ext: &str) -> i64 {
     let mut n = 0;
-    while derive_one_change_set(ext, Waiting::Wait) {
-        n += 1;
+    loop {
+        let derived = derive_one_change_set(ext, Waiting::Wait, MERGED_AT_MOST);
+        if derived == 0 {
+            return n;
+        }
+        n += derived as i64;
     }
-    n
 }
 
 /// Whether any change set waits to be derived (a read: assigns no transaction id).
@@ -577,6 +582,19 @@ pub fn change_sets_waiting(ext: &str) -> bool {
 /// watch gives is removed (`reason`) if search engines were told of it, else its request is
 /// cancelled. Run by TRUNCATE and reconcile, which are when a table's whole content is known.
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
+    // Most tables have no unwatched watch: then nothing is written (a write to the watch table
+    // makes every backend read its watches again, `super::cache`).
+    let unwatched = plan_cache::get_one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
+                             WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active)"
+        ),
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for unwatched watches: {e}"));
+    if unwatched != Some(true) {
+        return 0;
+    }
     let known_live = crate::queue::known_live("u");
     let sql = format!(
         "WITH w AS (SELECT id FROM {ext}.indexnow_watches \

@@ -141,17 +141,18 @@ impl Drop for Reader {
 }
 
 /// The keys of the rows in `stores` (transition tables of a relation with descriptor `desc`), each
-/// written as `jsonb_build_array()` writes it (`[1]`, `[1,"fr"]`), cut into JSON arrays of at most
-/// `per_array` keys. `distinct`: each key once.
-pub unsafe fn event_keys(
+/// written as `jsonb_build_array()` writes it (`[1]`, `[1,"fr"]`), handed to `each` as JSON arrays
+/// of at most `per_array` keys as soon as one is full (a bulk statement's keys are never all in
+/// memory at once). `distinct`: each key once.
+pub unsafe fn event_keys<E>(
     stores: &[*mut pg_sys::Tuplestorestate],
     desc: pg_sys::TupleDesc,
     columns: &[KeyColumn],
     per_array: usize,
     distinct: bool,
-) -> Vec<String> {
+    mut each: impl FnMut(String) -> Result<(), E>,
+) -> Result<(), E> {
     let last = columns.iter().map(|c| c.attnum).max().unwrap_or(0);
-    let mut arrays = vec![];
     let (mut array, mut in_array) = (String::new(), 0);
     let mut key = String::new();
     let mut seen = HashSet::new();
@@ -175,14 +176,14 @@ pub unsafe fn event_keys(
             in_array += 1;
             if in_array == per_array {
                 array.push(']');
-                arrays.push(std::mem::take(&mut array));
+                each(std::mem::take(&mut array))?;
                 in_array = 0;
             }
         }
     }
     if in_array > 0 {
         array.push(']');
-        arrays.push(array);
+        each(array)?;
     }
-    arrays
+    Ok(())
 }

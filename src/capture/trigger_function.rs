@@ -109,6 +109,7 @@ fn indexnow_capture<'a>(
         capture_dependents(
             data,
             &table.ext,
+            &table.plan_tag,
             &table.relations,
             event,
             rows,
@@ -174,24 +175,25 @@ fn capture_own_rows(
     let ids: Option<Vec<i32>> =
         (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
     let relid = table.watched;
-    // The keys, read here when their types allow (else by SQL over the transition tables).
-    // SAFETY: the transition tables and the relation's descriptor belong to this trigger call.
-    let read_here = |per_array: usize, distinct: bool| {
-        table.key_columns.as_ref().map(|columns| unsafe {
-            transition::event_keys(
-                &stores,
-                (*data.tg_relation).rd_att,
-                columns,
-                per_array,
-                distinct,
-            )
-        })
-    };
+    // SAFETY: the relation's descriptor belongs to this trigger call.
+    let desc = unsafe { (*data.tg_relation).rd_att };
     let keys: Option<serde_json::Value> = if in_statement {
-        match read_here(usize::MAX, true) {
-            Some(arrays) => arrays.first().map(|a| parse_keys(a)),
+        match &table.key_columns {
+            // The keys, read here when their types allow (else by SQL over the transition tables).
+            Some(columns) => {
+                let mut keys = None;
+                // SAFETY: the transition tables and the descriptor belong to this trigger call.
+                let _ = unsafe {
+                    transition::event_keys(&stores, desc, columns, usize::MAX, true, |array| {
+                        keys = Some(parse_keys(&array));
+                        Ok::<_, ()>(())
+                    })
+                };
+                keys
+            }
             None => with_transition_tables(data, |client| {
-                plan_cache::write(client, &event_keys(&table.key, sources), &[])?
+                let sql = format!("{}{}", table.plan_tag, event_keys(&table.key, sources));
+                plan_cache::write(client, &sql, &[])?
                     .first()
                     .get_one::<JsonB>()
             })
@@ -220,11 +222,14 @@ fn capture_own_rows(
         });
         None
     } else {
-        let per_array = usize::try_from(CHANGE_SET_KEYS).expect("a small constant");
-        match read_here(per_array, false) {
-            Some(arrays) => record_arrays(ext, relid, ids.clone(), arrays),
+        match &table.key_columns {
+            Some(columns) => record_keys_read_here(ext, relid, ids.clone(), &stores, desc, columns),
             None => with_transition_tables(data, |client| {
-                let sql = record_change_set(ext, &table.key, sources);
+                let sql = format!(
+                    "{}{}",
+                    table.plan_tag,
+                    record_change_set(ext, &table.key, sources)
+                );
                 if rows <= KEEP_PLAN_ROWS {
                     plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
                 } else {
@@ -250,21 +255,33 @@ fn parse_keys(array: &str) -> serde_json::Value {
         .unwrap_or_else(|e| error!("indexnow: a key read from a transition table: {e}"))
 }
 
-/// Records change sets of `relid` for the watches `ids` (NULL: all), one per JSON array of keys.
-fn record_arrays(ext: &str, relid: pg_sys::Oid, ids: Option<Vec<i32>>, arrays: Vec<String>) {
+/// Records change sets of `relid` for the watches `ids` (NULL: all): the keys of the rows in
+/// `stores`, read here, 10,000 a change set, each inserted as soon as it is full.
+fn record_keys_read_here(
+    ext: &str,
+    relid: pg_sys::Oid,
+    ids: Option<Vec<i32>>,
+    stores: &[*mut pg_sys::Tuplestorestate],
+    desc: pg_sys::TupleDesc,
+    columns: &[cache::KeyColumn],
+) {
     let sql = format!(
         "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
          VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
     );
+    let per_array = usize::try_from(CHANGE_SET_KEYS).expect("a small constant");
     Spi::connect_mut(|client| {
-        for keys in arrays {
-            plan_cache::write(
-                client,
-                &sql,
-                &[relid.into(), ids.clone().into(), keys.into()],
-            )?;
+        // SAFETY: the transition tables and the descriptor belong to this trigger call.
+        unsafe {
+            transition::event_keys(stores, desc, columns, per_array, false, |keys| {
+                plan_cache::write(
+                    client,
+                    &sql,
+                    &[relid.into(), ids.clone().into(), keys.into()],
+                )
+                .map(|_| ())
+            })
         }
-        Ok::<_, pgrx::spi::Error>(())
     })
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
 }
@@ -274,6 +291,7 @@ fn record_arrays(ext: &str, relid: pg_sys::Oid, ids: Option<Vec<i32>>, arrays: V
 fn capture_dependents(
     data: &pg_sys::TriggerData,
     ext: &str,
+    plan_tag: &str,
     relations: &[cache::Relation],
     event: Event,
     rows: i64,
@@ -289,7 +307,7 @@ fn capture_dependents(
         let mut found = vec![];
         for r in relations {
             let sql = format!(
-                "SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
+                "{plan_tag}SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
                 r.dependents.replace(related::CHANGED, &changed)
             );
             let table = if rows <= KEEP_PLAN_ROWS {

@@ -754,12 +754,18 @@ fn reconcile(ext: &str, oid: pg_sys::Oid) -> Vec<(String, i64, i64, i64)> {
 fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
     let ext = crate::extension::schema();
     let mut n = 0;
-    while change_sets.is_none_or(|most| n < most)
-        && derive::derive_one_change_set(&ext, derive::Waiting::Wait)
-    {
-        n += 1;
+    loop {
+        let most = change_sets.map_or(derive::MERGED_AT_MOST, |most| {
+            usize::try_from(most - n)
+                .unwrap_or(0)
+                .min(derive::MERGED_AT_MOST)
+        });
+        let derived = derive::derive_one_change_set(&ext, derive::Waiting::Wait, most);
+        if derived == 0 {
+            return n;
+        }
+        n += derived as i64;
     }
-    n
 }
 
 /// For the derive statements: `url` in normal form with its key and host when the row is

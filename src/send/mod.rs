@@ -230,9 +230,14 @@ pub fn derive_change_sets(session: Session) {
         }
         Session::Worker { .. } => {
             while !session.told_to_stop()
-                && session.step(|| derive::derive_one_change_set(&ext(), derive::Waiting::Skip))
-            {
-            }
+                && session.step(|| {
+                    derive::derive_one_change_set(
+                        &ext(),
+                        derive::Waiting::Skip,
+                        derive::MERGED_AT_MOST,
+                    ) > 0
+                })
+            {}
         }
     }
 }

@@ -349,6 +349,51 @@ fn a_session_saving_all_along_follows_watch_changes_made_by_another() {
     db.batch_execute("UPDATE pages SET title = 'five' WHERE slug = 'd'")
         .unwrap();
     assert_eq!(queued(&mut db), Vec::<String>::new());
+    // Within one transaction of the saving session too (its locks already held, it takes none
+    // that would make it hear the change): body is ignored no more from its next statement.
+    let mut tx = db.transaction().unwrap();
+    tx.batch_execute("UPDATE pages SET body = 'six' WHERE slug = 'd'")
+        .unwrap();
+    admin
+        .batch_execute(
+            "UPDATE indexnow_watches SET ignore = array_remove(ignore, 'body') WHERE active",
+        )
+        .unwrap();
+    tx.batch_execute("UPDATE pages SET body = 'seven' WHERE slug = 'd'")
+        .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/th/d changed"]);
+}
+
+/// A session at REPEATABLE READ whose snapshot predates a new watch does not capture for it in
+/// that transaction (as before), and captures for it from its next transaction on.
+#[test]
+fn a_watch_made_during_a_repeatable_read_transaction_is_followed_after_it() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    db.batch_execute("CREATE TABLE notes (id int PRIMARY KEY, slug text)")
+        .unwrap();
+    let mut admin = cluster.connect("site");
+    let mut tx = db
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .unwrap();
+    tx.batch_execute("SELECT 1").unwrap();
+    admin
+        .batch_execute("SELECT indexnow_watch('notes', url => 'https://www.example.com/n/{slug}')")
+        .unwrap();
+    tx.batch_execute("INSERT INTO notes VALUES (1, 'first')")
+        .unwrap();
+    tx.commit().unwrap();
+    db.batch_execute("INSERT INTO notes VALUES (2, 'second')")
+        .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
+    let queued = queued(&mut db);
+    assert!(
+        queued.contains(&"https://www.example.com/n/second created".to_string()),
+        "{queued:?}"
+    );
 }
 
 /// The same for related tables: a session that writes a category all along re-derives the pages
