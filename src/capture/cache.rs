@@ -15,11 +15,14 @@
 //!   PARTITION`, a change of its primary key;
 //! - the whole cache is dropped when `indexnow_watches` or `indexnow_relations` is written: their
 //!   statement trigger `_indexnow_watches_changed()` invalidates the written table, which every
-//!   backend hears at its next lock (the writer at its next command).
+//!   backend hears after that transaction commits (the writing backend at its next command).
 //!
-//! A writer that holds its table while a watch changes in another session still sees the change
-//! at its next statement: watching and unwatching create or drop triggers, which waits for the
-//! writer's lock, and a change to the watch tables alone is heard with the writer's next lock.
+//! The trigger takes in pending invalidations at each call (PostgreSQL does so only when a lock
+//! is newly taken), so a transaction that already holds its locks sees, from its next statement,
+//! a watch another session changed, as it did when the trigger read the watches with each
+//! statement's snapshot. An entry read at REPEATABLE READ or SERIALIZABLE (the transaction's
+//! snapshot, which may predate a watch) serves that statement and is not kept. Kept plans over a
+//! table's transition tables are tagged with the table and forgotten with its entry.
 
 use super::derive::{self, Watch};
 use super::{partitions, related};
