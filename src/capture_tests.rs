@@ -1345,3 +1345,56 @@ fn a_related_table_without_a_primary_key_can_be_written() {
         "https://www.example.com/alpha/one moved\nhttps://www.example.com/beta/one created"
     );
 }
+
+/// Two tables whose keys have one name and other types (read by SQL, not in Rust): the
+/// statements over their transition tables have the same text, and a plan kept for one must not
+/// read the other's rows (each table's kept plans carry its tag, `super::cache`). Both ways: keys
+/// recorded, and derived in the statement.
+#[pg_test]
+fn same_named_keys_of_other_types_keep_their_own_plans() {
+    run("CREATE TABLE by_uuid (k uuid PRIMARY KEY, slug text)");
+    run("CREATE TABLE by_date (k date PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('by_uuid', url => 'https://www.example.com/u/{k}')");
+    run("SELECT indexnow_watch('by_date', url => 'https://www.example.com/d/{k}')");
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    for i in 1..=3 {
+        run(&format!(
+            "INSERT INTO by_uuid VALUES ('00000000-0000-0000-0000-00000000000{i}', 'u')"
+        ));
+        run(&format!("INSERT INTO by_date VALUES ('2026-01-0{i}', 'd')"));
+    }
+    assert_eq!(
+        text(
+            "SELECT string_agg(c.tbl::regclass::text || ' ' || (c.keys ->> 0), ', ' ORDER BY c.id) \
+               FROM indexnow_changes c"
+        )
+        .as_deref(),
+        Some(
+            "by_uuid [\"00000000-0000-0000-0000-000000000001\"], by_date [\"2026-01-01\"], \
+             by_uuid [\"00000000-0000-0000-0000-000000000002\"], by_date [\"2026-01-02\"], \
+             by_uuid [\"00000000-0000-0000-0000-000000000003\"], by_date [\"2026-01-03\"]"
+        )
+    );
+    run("SELECT indexnow_derive(100)");
+    run("SET LOCAL indexnow.derive_at_write = 100");
+    for i in 4..=6 {
+        run(&format!(
+            "INSERT INTO by_uuid VALUES ('00000000-0000-0000-0000-00000000000{i}', 'u')"
+        ));
+        run(&format!("INSERT INTO by_date VALUES ('2026-01-0{i}', 'd')"));
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        text("SELECT string_agg(url, ' ' ORDER BY url) FROM indexnow_urls").as_deref(),
+        Some(
+            (1..=6)
+                .map(|i| format!("https://www.example.com/d/2026-01-0{i}"))
+                .chain((1..=6).map(|i| {
+                    format!("https://www.example.com/u/00000000-0000-0000-0000-00000000000{i}")
+                }))
+                .collect::<Vec<_>>()
+                .join(" ")
+                .as_str()
+        )
+    );
+}

@@ -33,6 +33,8 @@
 //! - `capture/cache.rs`    what the trigger knows of a written table, kept per backend until an
 //!   invalidation
 //! - `capture/transition.rs`  transition tables read without SQL: the gate's comparison, the keys
+//! - `capture/change_sets.rs`  change sets: recorded by the writing statement, taken by a deriver
+//! - `capture/key.rs`      a table's primary key as the watches use it
 //! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
 //! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it

@@ -107,8 +107,7 @@ fn indexnow_status() -> TableIterator<
     // standby, which cannot write: its status counts what the primary had derived.
     let ext = crate::extension::schema();
     // SAFETY: reads shared state.
-    if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::derive::change_sets_waiting(&ext)
-    {
+    if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::change_sets::waiting(&ext) {
         crate::capture::derive::derive_all_change_sets(&ext);
     }
     let worker = crate::worker::state_for_status();

@@ -25,7 +25,7 @@
 //! table's transition tables are tagged with the table and forgotten with its entry.
 
 use super::derive::{self, Watch};
-use super::{partitions, related};
+use super::{key, partitions, related};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -156,11 +156,12 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let (key, primary_key, attributes) = unsafe {
         let key = if watches.is_empty() {
             vec![]
-        } else if watched == written {
-            key_names(relation)
         } else {
-            partitions::key_names(watched)
+            key::names(watched)
         };
+        if key.is_empty() && !watches.is_empty() && watched == written {
+            error!("indexnow: a watched table has no primary key any more");
+        }
         (key, primary_key(relation), attributes((*relation).rd_att))
     };
     let mut ignores: Vec<&[String]> = watches.iter().map(|w| w.ignore.as_slice()).collect();
@@ -345,29 +346,4 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<Attribute> {
             type_oid: a.atttypid,
         })
         .collect()
-}
-
-/// The names of the relation's primary key columns, in the key's order.
-unsafe fn key_names(relation: pg_sys::Relation) -> Vec<String> {
-    let index = crate::compat::primary_key_index(relation);
-    if index == pg_sys::InvalidOid {
-        error!("indexnow: a watched table has no primary key any more");
-    }
-    let desc = (*relation).rd_att;
-    let index_rel = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    let form = &*(*index_rel).rd_index;
-    let names = form
-        .indkey
-        .values
-        .as_slice(form.indnkeyatts as usize)
-        .iter()
-        .map(|&att| {
-            let a = crate::compat::attribute(desc, att as usize - 1);
-            CStr::from_ptr(a.attname.data.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    pg_sys::index_close(index_rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-    names
 }

@@ -23,6 +23,7 @@
 //!   (`indexnow_status()`, `indexnow_push_now()`, `indexnow_reconcile()`) waits for it instead,
 //!   because it must see everything.
 
+use super::change_sets::{self, Waiting, MERGED_AT_MOST};
 use crate::queue::Reason;
 use crate::{plan_cache, subtransaction};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -40,6 +41,7 @@ pub struct Watch {
     pub pattern: String,
     /// The table, schema-qualified and quoted.
     pub table: String,
+    pub oid: pg_sys::Oid,
     pub derive_keys: String,
     pub derive_all: String,
     /// The columns the UPDATE gate may ignore.
@@ -87,7 +89,7 @@ pub fn watches_by_id(ext: &str, ids: Vec<i32>) -> Vec<Watch> {
 fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>) -> Vec<Watch> {
     let sql = format!(
         "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                w.derive_keys, w.derive_all, w.ignore \
+                w.derive_keys, w.derive_all, w.ignore, w.tbl::pg_catalog.oid \
            FROM {ext}.indexnow_watches w \
            JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -104,6 +106,7 @@ fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>)
                     derive_keys: r.get(4)?.unwrap_or_default(),
                     derive_all: r.get(5)?.unwrap_or_default(),
                     ignore: r.get(6)?.unwrap_or_default(),
+                    oid: r.get(7)?.unwrap_or(pg_sys::InvalidOid),
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -366,7 +369,7 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
         "SELECT pg_catalog.jsonb_agg(k) FROM ( \
            SELECT {row_key} AS k FROM {table} r \
            UNION SELECT row_key FROM {ext}.indexnow_sources WHERE watch_id = $1) x",
-        row_key = table_row_key(&watch.table),
+        row_key = super::statements::row_key(&super::key::names(watch.oid), "r"),
         table = watch.table,
         ext = watch.ext,
     );
@@ -382,18 +385,6 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
     }
 }
 
-/// `jsonb_build_array(r.k0, ...)` for the primary key of `table` (a regclass name).
-fn table_row_key(table: &str) -> String {
-    let oid = Spi::get_one_with_args::<pg_sys::Oid>(
-        "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
-        &[table.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| error!("indexnow: {table} is not a table"));
-    super::statements::row_key(&super::partitions::key_names(oid), "r")
-}
-
 fn warn(watch: &Watch, message: String) {
     ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, message, "indexnow")
         .set_hint(format!(
@@ -405,61 +396,28 @@ fn warn(watch: &Watch, message: String) {
         .report(PgLogLevel::WARNING);
 }
 
-/// Whether a sender that finds a change set locked by another waits for it or skips it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Waiting {
-    /// A worker: another sender is deriving it.
-    Skip,
-    /// A reader that must see everything.
-    Wait,
-}
-
 /// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
 /// it), together with small ones after it of the same table and watches (`most` change sets in
 /// all at most), and deletes them. Returns how many it derived: 0 when there was none.
 pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize {
     // A read first: an idle worker's pass takes no transaction id.
-    if most == 0 || !change_sets_waiting(ext) || !may_derive_here() {
+    if most == 0 || !change_sets::waiting(ext) || !may_derive_here() {
         return 0;
     }
-    let lock = match waiting {
-        Waiting::Skip => "FOR UPDATE SKIP LOCKED",
-        Waiting::Wait => "FOR UPDATE",
-    };
-    let take = format!(
-        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes ORDER BY id LIMIT 1 {lock}"
-    );
-    let change = Spi::connect_mut(|client| {
-        let table = plan_cache::write(client, &take, &[])?;
-        if table.is_empty() {
-            return Ok(None);
-        }
-        let row = table.first();
-        Ok::<_, pgrx::spi::Error>(Some((
-            row.get::<i64>(1)?.unwrap_or_default(),
-            row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
-            row.get::<Vec<i32>>(3)?,
-            row.get::<JsonB>(4)?,
-        )))
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"));
-    let Some((id, table, only, keys)) = change else {
+    let Some(taken) = change_sets::take(ext, waiting, most) else {
         return 0;
     };
-    let (ids, keys) = match keys {
-        Some(JsonB(keys)) => {
-            let (ids, keys) = with_small_ones_after(ext, id, table, &only, keys, most - 1);
-            (ids, Some(JsonB(keys)))
-        }
-        None => (vec![id], None),
-    };
     let mut wrote = false;
-    for watch in watches_of(ext, table) {
-        if only.as_ref().is_some_and(|ids| !ids.contains(&watch.id)) {
+    for watch in watches_of(ext, taken.table) {
+        if taken
+            .watches
+            .as_ref()
+            .is_some_and(|ids| !ids.contains(&watch.id))
+        {
             continue;
         }
-        let rows = match &keys {
-            Some(JsonB(keys)) => Rows::Keyed(keys.clone()),
+        let rows = match &taken.keys {
+            Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
         match derive(&watch, rows, Reason::Deleted) {
@@ -471,76 +429,14 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize 
             ),
         }
     }
-    if keys.is_none() {
-        vacate_inactive(ext, table, Reason::Deleted);
+    if taken.keys.is_none() {
+        vacate_inactive(ext, taken.table, Reason::Deleted);
     }
-    Spi::connect_mut(|client| {
-        plan_cache::write(
-            client,
-            &format!("DELETE FROM {ext}.indexnow_changes WHERE id = ANY ($1)"),
-            &[ids.clone().into()],
-        )
-        .map(|_| ())
-    })
-    .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
+    change_sets::remove(ext, &taken.ids);
     if wrote {
         crate::wake::worker_at_commit();
     }
-    ids.len()
-}
-
-/// At most this many change sets are derived together.
-pub const MERGED_AT_MOST: usize = 100;
-
-/// The change set `id` (`keys`) and the next ones of the same table and watches that no one else
-/// is deriving, as long as their keys add up to at most a change set's: their ids and all their
-/// keys. Why: a site whose saves are recorded (`indexnow.derive_at_write = 0`, or a save that met
-/// a worker's lock) leaves one change set of one key per save, and deriving each alone cost a
-/// statement each (about 1 ms: more than the save); derived together they cost one.
-fn with_small_ones_after(
-    ext: &str,
-    id: i64,
-    table: pg_sys::Oid,
-    only: &Option<Vec<i32>>,
-    keys: Value,
-    more_at_most: usize,
-) -> (Vec<i64>, Value) {
-    let mut ids = vec![id];
-    let Value::Array(mut all) = keys else {
-        return (ids, keys);
-    };
-    let most = usize::try_from(super::statements::CHANGE_SET_KEYS).expect("a small constant");
-    if all.len() >= most || more_at_most == 0 {
-        return (ids, Value::Array(all));
-    }
-    let more = format!(
-        "SELECT id, keys FROM {ext}.indexnow_changes \
-          WHERE tbl = $1 AND watches IS NOT DISTINCT FROM $2 AND keys IS NOT NULL AND id > $3 \
-          ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED"
-    );
-    let limit = i64::try_from(more_at_most.min(MERGED_AT_MOST - 1)).expect("a small number");
-    Spi::connect_mut(|client| {
-        let rows = plan_cache::write(
-            client,
-            &more,
-            &[table.into(), only.clone().into(), id.into(), limit.into()],
-        )?;
-        for row in rows {
-            let (Some(next), Some(JsonB(Value::Array(keys)))) =
-                (row.get::<i64>(1)?, row.get::<JsonB>(2)?)
-            else {
-                continue;
-            };
-            if all.len() + keys.len() > most {
-                break; // (the rest stay locked until this transaction ends: derived next)
-            }
-            ids.push(next);
-            all.extend(keys);
-        }
-        Ok::<_, pgrx::spi::Error>(())
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading change sets: {e}"));
-    (ids, Value::Array(all))
+    taken.ids.len()
 }
 
 /// Whether this transaction may derive: it can write, and it reads at READ COMMITTED (a snapshot
@@ -565,17 +461,6 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
         }
         n += derived as i64;
     }
-}
-
-/// Whether any change set waits to be derived (a read: assigns no transaction id).
-pub fn change_sets_waiting(ext: &str) -> bool {
-    plan_cache::get_one::<bool>(
-        &format!("SELECT EXISTS (SELECT FROM {ext}.indexnow_changes)"),
-        &[],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(false)
 }
 
 /// The URLs of the table's unwatched watches: their sources are given up, and each URL no other

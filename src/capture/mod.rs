@@ -6,8 +6,10 @@
 //! Its files are in the map at the top of `src/lib.rs`.
 
 pub mod cache;
+pub mod change_sets;
 pub mod derive;
 pub mod fingerprint;
+pub mod key;
 pub mod owner;
 pub mod partitions;
 pub mod related;

@@ -53,24 +53,6 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     .unwrap_or_else(|e| error!("indexnow: listing the partitions of a table: {e}"))
 }
 
-/// The primary key columns of `table`, in the key's order. (A kept plan: the capture trigger asks
-/// on every save.)
-pub fn key_names(table: pg_sys::Oid) -> Vec<String> {
-    Spi::connect(|client| {
-        crate::plan_cache::read(
-            client,
-            "SELECT a.attname::text FROM pg_catalog.pg_index i \
-               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-              WHERE i.indrelid = $1 AND i.indisprimary AND i.indimmediate \
-              ORDER BY pg_catalog.array_position(i.indkey::int2[], a.attnum)",
-            &[table.into()],
-        )?
-        .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
-        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading a table's primary key: {e}"))
-}
-
 /// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
 /// left one, and after an `ALTER TABLE` records a whole-table change set for each such watched
@@ -103,13 +85,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             triggers::install(&ext, &triggers::table_qualified(d));
         }
         if tag == "ALTER TABLE" {
-            Spi::run_with_args(
-                &format!(
-                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) VALUES ($1, NULL, NULL)"
-                ),
-                &[(*w).into()],
-            )
-            .unwrap_or_else(|e| error!("indexnow: recording a changed partition tree: {e}"));
+            super::change_sets::record_whole_table(&ext, *w, None);
             crate::wake::worker_at_commit();
         }
     }

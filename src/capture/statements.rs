@@ -117,38 +117,6 @@ pub fn row_key(key: &[String], alias: &str) -> String {
     format!("pg_catalog.jsonb_build_array({cols})")
 }
 
-/// At most this many keys in one change set row: a derivation takes one at a time, in a
-/// transaction of its own when a worker runs it.
-pub const CHANGE_SET_KEYS: i64 = 10_000;
-
-/// The statement that records which rows of a table one trigger event touched: `$1` the table's
-/// oid, `$2` the watches to derive (int[], NULL for all). `sources` are the transition tables
-/// whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE changed a key).
-pub fn record_change_set(ext: &str, key: &[String], sources: &[&str]) -> String {
-    let rows = sources
-        .iter()
-        .map(|t| format!("SELECT {} AS k FROM {t} r", row_key(key, "r")))
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         SELECT $1, $2, pg_catalog.jsonb_agg(x.k) \
-           FROM (SELECT k, (pg_catalog.row_number() OVER () - 1) / {CHANGE_SET_KEYS} AS chunk \
-                   FROM ({rows}) t) x \
-          GROUP BY x.chunk"
-    )
-}
-
-/// The keys of one trigger event as one jsonb array, for a derivation in the writing statement.
-pub fn event_keys(key: &[String], sources: &[&str]) -> String {
-    let rows = sources
-        .iter()
-        .map(|t| format!("SELECT {} AS k FROM {t} r", row_key(key, "r")))
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    format!("SELECT pg_catalog.jsonb_agg(DISTINCT t.k) FROM ({rows}) t")
-}
-
 impl WatchDefinition {
     pub fn statements(&self) -> Statements {
         Statements {
@@ -599,17 +567,6 @@ mod tests {
             .statements()
             .rows_keys
             .contains("'https://x.com/o''neil/'"));
-    }
-
-    #[test]
-    fn change_sets_name_the_key_and_are_chunked() {
-        let sql = record_change_set("\"x\"", &["a".into(), "b".into()], &["indexnow_new"]);
-        assert!(
-            sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r")
-        );
-        assert!(sql.contains(&format!("/ {CHANGE_SET_KEYS} AS chunk")));
-        let both = event_keys(&["id".into()], &["indexnow_new", "indexnow_old"]);
-        assert!(both.contains("UNION ALL SELECT"));
     }
 
     /// The statements generated for the demo's two-language `pages` table (`tests/pages.sql`: one

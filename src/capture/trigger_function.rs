@@ -22,8 +22,8 @@
 //! compared columns before and after. (PostgreSQL does write each updated row's old and new
 //! versions at the same position, so in practice the first changed row is found where it is.)
 
+use super::change_sets;
 use super::derive::{self, Watch};
-use super::statements::{event_keys, record_change_set, CHANGE_SET_KEYS};
 use super::{cache, related, transition};
 use crate::{plan_cache, wake};
 use pgrx::pg_sys;
@@ -192,7 +192,11 @@ fn capture_own_rows(
                 keys
             }
             None => with_transition_tables(data, |client| {
-                let sql = format!("{}{}", table.plan_tag, event_keys(&table.key, sources));
+                let sql = format!(
+                    "{}{}",
+                    table.plan_tag,
+                    change_sets::event_keys_sql(&table.key, sources)
+                );
                 plan_cache::write(client, &sql, &[])?
                     .first()
                     .get_one::<JsonB>()
@@ -200,26 +204,7 @@ fn capture_own_rows(
             .map(|JsonB(keys)| keys),
         }
     } else if event == Event::Truncate {
-        Spi::connect_mut(|client| {
-            plan_cache::write(
-                client,
-                // (once per transaction: a TRUNCATE of a partitioned table fires the triggers of
-                // the table and of every partition)
-                &format!(
-                    "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-                     SELECT $1, $2, NULL WHERE NOT EXISTS ( \
-                       SELECT FROM {ext}.indexnow_changes c \
-                        WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches IS NOT DISTINCT FROM $2 \
-                          AND {ext}.{}(c.xmin::text::bigint))",
-                    crate::extension::written_by_this_transaction()
-                ),
-                &[relid.into(), ids.clone().into()],
-            )
-            .map(|_| ())
-        })
-        .unwrap_or_else(|e| {
-            error!("indexnow: could not record the rows this statement changed: {e}")
-        });
+        change_sets::record_whole_table(ext, relid, ids.clone());
         None
     } else {
         match &table.key_columns {
@@ -228,7 +213,7 @@ fn capture_own_rows(
                 let sql = format!(
                     "{}{}",
                     table.plan_tag,
-                    record_change_set(ext, &table.key, sources)
+                    change_sets::recording_sql(ext, &table.key, sources)
                 );
                 if rows <= KEEP_PLAN_ROWS {
                     plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
@@ -243,7 +228,8 @@ fn capture_own_rows(
     if let Some(keys) = keys {
         for watch in watches {
             if derive::derive_at_write(watch, keys.clone()).is_err() {
-                record_keys(ext, watch, keys.clone()); // a deadlock or the like: derived later
+                // a deadlock or the like: derived later
+                change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys.clone());
             }
         }
     }
@@ -256,7 +242,7 @@ fn parse_keys(array: &str) -> serde_json::Value {
 }
 
 /// Records change sets of `relid` for the watches `ids` (NULL: all): the keys of the rows in
-/// `stores`, read here, 10,000 a change set, each inserted as soon as it is full.
+/// `stores`, read here, each change set inserted as soon as it is full.
 fn record_keys_read_here(
     ext: &str,
     relid: pg_sys::Oid,
@@ -265,22 +251,17 @@ fn record_keys_read_here(
     desc: pg_sys::TupleDesc,
     columns: &[cache::KeyColumn],
 ) {
-    let sql = format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
-    );
-    let per_array = usize::try_from(CHANGE_SET_KEYS).expect("a small constant");
     Spi::connect_mut(|client| {
         // SAFETY: the transition tables and the descriptor belong to this trigger call.
         unsafe {
-            transition::event_keys(stores, desc, columns, per_array, false, |keys| {
-                plan_cache::write(
-                    client,
-                    &sql,
-                    &[relid.into(), ids.clone().into(), keys.into()],
-                )
-                .map(|_| ())
-            })
+            transition::event_keys(
+                stores,
+                desc,
+                columns,
+                change_sets::KEYS_AT_MOST,
+                false,
+                |keys| change_sets::record(client, ext, relid, ids.clone(), keys),
+            )
         }
     })
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
@@ -325,10 +306,11 @@ fn capture_dependents(
         let watch = &relation.watch;
         if read_committed && n <= derive_at_write() {
             if derive::derive_at_write(watch, keys.clone()).is_err() {
-                record_keys(ext, watch, keys); // a deadlock or the like: derived later
+                // a deadlock or the like: derived later
+                change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys);
             }
         } else {
-            record_keys(ext, watch, keys);
+            change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys);
         }
     }
 }
@@ -364,24 +346,4 @@ fn changed(data: &pg_sys::TriggerData, table: &cache::Table) -> (Vec<bool>, bool
             })
     };
     (changed, key_set)
-}
-
-/// Records `keys` (`[[k0, ...], ...]`) of `watch`'s table as change sets for that watch.
-fn record_keys(ext: &str, watch: &Watch, keys: serde_json::Value) {
-    let sql = format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         SELECT $1::pg_catalog.regclass::pg_catalog.oid, ARRAY[$2], pg_catalog.jsonb_agg(e) \
-           FROM pg_catalog.jsonb_array_elements($3) WITH ORDINALITY AS a(e, n) \
-          GROUP BY (n - 1) / {}",
-        super::statements::CHANGE_SET_KEYS
-    );
-    Spi::run_with_args(
-        &sql,
-        &[
-            watch.table.as_str().into(),
-            watch.id.into(),
-            JsonB(keys).into(),
-        ],
-    )
-    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
 }

@@ -25,6 +25,7 @@
 //!   TRUNCATE or reconcile of the table removes those URLs no other watch gives (if search engines
 //!   were told of them), and watching the same pattern again takes them back.
 
+use super::change_sets;
 use super::derive::{self, Rows};
 use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
@@ -71,7 +72,7 @@ struct Table {
 }
 
 fn describe(oid: pg_sys::Oid) -> Table {
-    Spi::connect(|client| {
+    let (qualified, label, columns) = Spi::connect(|client| {
         let row = client
             .select(
                 "SELECT format('%I.%I', n.nspname, c.relname), format('%s.%s', n.nspname, c.relname), \
@@ -110,28 +111,24 @@ fn describe(oid: pg_sys::Oid) -> Table {
             )?
             .map(|r| Ok((r.get::<String>(1)?.unwrap(), r.get::<pg_sys::Oid>(2)?.unwrap())))
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()?;
-        let key = client
-            .select(
-                "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
-                   FROM pg_catalog.pg_index i \
-                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-                  WHERE i.indrelid = $1 AND i.indisprimary AND i.indimmediate \
-                  ORDER BY array_position(i.indkey::int2[], a.attnum)",
-                None,
-                &[oid.into()],
-            )?
-            .map(|r| Ok((r.get::<String>(1)?.unwrap(), r.get::<String>(2)?.unwrap())))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()?;
-        let key_types = key
-            .iter()
-            .map(|(k, _)| {
-                let typ = columns.iter().find(|(c, _)| c == k).map(|(_, t)| *t);
-                (k.clone(), typ.unwrap_or(pg_sys::InvalidOid))
-            })
-            .collect();
-        Ok::<_, pgrx::spi::Error>(Table { qualified, label, columns, key, key_types })
+        Ok::<_, pgrx::spi::Error>((qualified, label, columns))
     })
-    .unwrap_or_else(|e| error!("indexnow: reading the table's columns: {e}"))
+    .unwrap_or_else(|e| error!("indexnow: reading the table's columns: {e}"));
+    let key = super::key::columns(oid);
+    let key_types = key
+        .iter()
+        .map(|(k, _)| {
+            let typ = columns.iter().find(|(c, _)| c == k).map(|(_, t)| *t);
+            (k.clone(), typ.unwrap_or(pg_sys::InvalidOid))
+        })
+        .collect();
+    Table {
+        qualified,
+        label,
+        columns,
+        key,
+        key_types,
+    }
 }
 
 /// The type of `expr` over a row of `table` (checked in a subtransaction: an expression that does
@@ -224,6 +221,7 @@ fn indexnow_watch(
             id: watch_id,
             pattern: checked.pattern,
             table: checked.table.qualified.clone(),
+            oid,
             derive_keys: sql.derive_keys,
             derive_all: sql.derive_all,
             ignore: checked.ignore,
@@ -755,12 +753,12 @@ fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
     let ext = crate::extension::schema();
     let mut n = 0;
     loop {
-        let most = change_sets.map_or(derive::MERGED_AT_MOST, |most| {
+        let most = change_sets.map_or(change_sets::MERGED_AT_MOST, |most| {
             usize::try_from(most - n)
                 .unwrap_or(0)
-                .min(derive::MERGED_AT_MOST)
+                .min(change_sets::MERGED_AT_MOST)
         });
-        let derived = derive::derive_one_change_set(&ext, derive::Waiting::Wait, most);
+        let derived = derive::derive_one_change_set(&ext, change_sets::Waiting::Wait, most);
         if derived == 0 {
             return n;
         }

@@ -34,6 +34,7 @@ mod in_flight;
 mod push_now;
 pub(crate) mod sql;
 
+use crate::capture::change_sets;
 use crate::capture::derive::{self, Rows};
 use crate::guc;
 use crate::plan_cache;
@@ -233,8 +234,8 @@ pub fn derive_change_sets(session: Session) {
                 && session.step(|| {
                     derive::derive_one_change_set(
                         &ext(),
-                        derive::Waiting::Skip,
-                        derive::MERGED_AT_MOST,
+                        change_sets::Waiting::Skip,
+                        change_sets::MERGED_AT_MOST,
                     ) > 0
                 })
             {}

@@ -1,0 +1,245 @@
+//! Change sets (`indexnow_changes`): which rows of a watched table a statement touched, recorded
+//! by the writing statement and taken by a deriver after it commits (`super::derive`). Every
+//! statement that reads or writes that table is here.
+//!
+//! A change set names its table, the watches to derive (NULL: all of the table's), and the keys of
+//! the rows (`[[k0, ...], ...]`, at most [`KEYS_AT_MOST`]), or no keys for the whole table (a
+//! TRUNCATE, a partition attached or detached).
+//!
+//! Keys come from three places, and each is recorded by one function here: read from the
+//! transition tables in Rust (`super::transition`, for integer and text keys) or by SQL
+//! ([`recording_sql`], for other key types), or found by a related-table query or given back by a
+//! derivation that could not run in the statement ([`record_keys`]).
+
+use super::statements::row_key;
+use crate::plan_cache;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::JsonB;
+use serde_json::Value;
+
+/// At most this many keys in one change set: a derivation takes one at a time, in a transaction
+/// of its own when a worker runs it.
+pub const KEYS_AT_MOST: usize = 10_000;
+
+/// At most this many change sets are derived together.
+pub const MERGED_AT_MOST: usize = 100;
+
+/// Records one change set of `tbl` for the watches `watches` (NULL: all) whose keys are `keys`, a
+/// JSON array written as text (read from a transition table, `super::transition`).
+pub fn record(
+    client: &mut SpiClient<'_>,
+    ext: &str,
+    tbl: pg_sys::Oid,
+    watches: Option<Vec<i32>>,
+    keys: String,
+) -> Result<(), pgrx::spi::Error> {
+    plan_cache::write(
+        client,
+        &format!(
+            "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+             VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
+        ),
+        &[tbl.into(), watches.into(), keys.into()],
+    )
+    .map(|_| ())
+}
+
+/// Records `keys` (`[[k0, ...], ...]`) of `tbl` for `watches`, cut into change sets.
+pub fn record_keys(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, keys: Value) {
+    let Value::Array(keys) = keys else { return };
+    Spi::connect_mut(|client| {
+        for chunk in keys.chunks(KEYS_AT_MOST) {
+            let text = serde_json::to_string(chunk).expect("JSON values are written");
+            record(client, ext, tbl, watches.clone(), text)?;
+        }
+        Ok::<_, pgrx::spi::Error>(())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
+}
+
+/// Records that the whole of `tbl` changed (its rows are known only by reading it), once per
+/// transaction: a TRUNCATE of a partitioned table fires the triggers of the table and of every
+/// partition.
+pub fn record_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>) {
+    let sql = format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         SELECT $1, $2, NULL WHERE NOT EXISTS ( \
+           SELECT FROM {ext}.indexnow_changes c \
+            WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches IS NOT DISTINCT FROM $2 \
+              AND {ext}.{}(c.xmin::text::bigint))",
+        crate::extension::written_by_this_transaction()
+    );
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, &sql, &[tbl.into(), watches.into()]).map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
+}
+
+/// The statement that records, by SQL, the keys of one trigger event (key types not read in
+/// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all). `sources` are
+/// the transition tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE
+/// changed a key).
+pub fn recording_sql(ext: &str, key: &[String], sources: &[&str]) -> String {
+    format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         SELECT $1, $2, pg_catalog.jsonb_agg(x.k) \
+           FROM (SELECT k, (pg_catalog.row_number() OVER () - 1) / {KEYS_AT_MOST} AS chunk \
+                   FROM ({}) t) x \
+          GROUP BY x.chunk",
+        keys_of(key, sources)
+    )
+}
+
+/// The keys of one trigger event as one jsonb array, by SQL (key types not read in Rust), for a
+/// derivation in the writing statement.
+pub fn event_keys_sql(key: &[String], sources: &[&str]) -> String {
+    format!(
+        "SELECT pg_catalog.jsonb_agg(DISTINCT t.k) FROM ({}) t",
+        keys_of(key, sources)
+    )
+}
+
+/// The keys of the rows in the transition tables `sources`, as the column `k`.
+fn keys_of(key: &[String], sources: &[&str]) -> String {
+    sources
+        .iter()
+        .map(|t| format!("SELECT {} AS k FROM {t} r", row_key(key, "r")))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
+
+/// Whether any change set waits to be derived (a read: assigns no transaction id).
+pub fn waiting(ext: &str) -> bool {
+    plan_cache::get_one::<bool>(
+        &format!("SELECT EXISTS (SELECT FROM {ext}.indexnow_changes)"),
+        &[],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
+/// Whether a sender that finds a change set locked by another waits for it or skips it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// A worker: another sender is deriving it.
+    Skip,
+    /// A reader that must see everything.
+    Wait,
+}
+
+/// Change sets taken together for one derivation, locked until the transaction ends.
+pub struct Taken {
+    pub ids: Vec<i64>,
+    pub table: pg_sys::Oid,
+    /// The watches to derive (None: all of the table's).
+    pub watches: Option<Vec<i32>>,
+    /// Their keys (None: the whole table).
+    pub keys: Option<Value>,
+}
+
+/// Takes the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for it),
+/// together with small ones after it of the same table and watches (`most` change sets in all at
+/// most, [`KEYS_AT_MOST`] keys).
+pub fn take(ext: &str, waiting: Waiting, most: usize) -> Option<Taken> {
+    let lock = match waiting {
+        Waiting::Skip => "FOR UPDATE SKIP LOCKED",
+        Waiting::Wait => "FOR UPDATE",
+    };
+    let take = format!(
+        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes ORDER BY id LIMIT 1 {lock}"
+    );
+    let oldest = Spi::connect_mut(|client| {
+        let table = plan_cache::write(client, &take, &[])?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        let row = table.first();
+        Ok::<_, pgrx::spi::Error>(Some(Taken {
+            ids: vec![row.get::<i64>(1)?.unwrap_or_default()],
+            table: row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+            watches: row.get::<Vec<i32>>(3)?,
+            keys: row.get::<JsonB>(4)?.map(|JsonB(keys)| keys),
+        }))
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"))?;
+    Some(with_small_ones_after(ext, oldest, most.saturating_sub(1)))
+}
+
+/// `taken` and the next change sets of the same table and watches that no one else is deriving,
+/// as long as their keys add up to at most a change set's. Why: a site whose saves are recorded
+/// (`indexnow.derive_at_write = 0`, or a save that met a worker's lock) leaves one change set of
+/// one key per save, and deriving each alone cost a statement each (about 1 ms: more than the
+/// save); derived together they cost one.
+fn with_small_ones_after(ext: &str, mut taken: Taken, more_at_most: usize) -> Taken {
+    let Some(Value::Array(all)) = &mut taken.keys else {
+        return taken;
+    };
+    if all.len() >= KEYS_AT_MOST || more_at_most == 0 {
+        return taken;
+    }
+    let more = format!(
+        "SELECT id, keys FROM {ext}.indexnow_changes \
+          WHERE tbl = $1 AND watches IS NOT DISTINCT FROM $2 AND keys IS NOT NULL AND id > $3 \
+          ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED"
+    );
+    let limit = i64::try_from(more_at_most.min(MERGED_AT_MOST - 1)).expect("a small number");
+    Spi::connect_mut(|client| {
+        let rows = plan_cache::write(
+            client,
+            &more,
+            &[
+                taken.table.into(),
+                taken.watches.clone().into(),
+                taken.ids[0].into(),
+                limit.into(),
+            ],
+        )?;
+        for row in rows {
+            let (Some(next), Some(JsonB(Value::Array(keys)))) =
+                (row.get::<i64>(1)?, row.get::<JsonB>(2)?)
+            else {
+                continue;
+            };
+            if all.len() + keys.len() > KEYS_AT_MOST {
+                break; // (the rest stay locked until this transaction ends: derived next)
+            }
+            taken.ids.push(next);
+            all.extend(keys);
+        }
+        Ok::<_, pgrx::spi::Error>(())
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading change sets: {e}"));
+    taken
+}
+
+/// Deletes the change sets `ids`, derived in this transaction.
+pub fn remove(ext: &str, ids: &[i64]) {
+    Spi::connect_mut(|client| {
+        plan_cache::write(
+            client,
+            &format!("DELETE FROM {ext}.indexnow_changes WHERE id = ANY ($1)"),
+            &[ids.to_vec().into()],
+        )
+        .map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_sets_name_the_key_and_are_chunked() {
+        let sql = recording_sql("\"x\"", &["a".into(), "b".into()], &["indexnow_new"]);
+        assert!(
+            sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r")
+        );
+        assert!(sql.contains(&format!("/ {KEYS_AT_MOST} AS chunk")));
+        let both = event_keys_sql(&["id".into()], &["indexnow_new", "indexnow_old"]);
+        assert!(both.contains("UNION ALL SELECT"));
+    }
+}
