@@ -28,3 +28,21 @@ pub unsafe fn attribute<'a>(
         &*first.add(i)
     }
 }
+
+/// The OID of the relation's primary key index, or `InvalidOid`. PostgreSQL 18 asks whether a
+/// deferrable key will do; earlier versions never take one (only immediate indexes count), and
+/// neither does indexnow on any version (`indexnow_watch()` refuses a table whose key is
+/// deferrable).
+///
+/// # Safety
+/// `relation` must be an open relation.
+pub unsafe fn primary_key_index(relation: pg_sys::Relation) -> pg_sys::Oid {
+    #[cfg(not(feature = "pg18"))]
+    {
+        pg_sys::RelationGetPrimaryKeyIndex(relation)
+    }
+    #[cfg(feature = "pg18")]
+    {
+        pg_sys::RelationGetPrimaryKeyIndex(relation, false)
+    }
+}

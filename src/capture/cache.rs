@@ -152,18 +152,21 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
         .collect();
     // (a table read only as a related table needs no key of its own: its foreign key may
     // reference a unique constraint)
-    // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
-    let (key, primary_key, attributes) = unsafe {
-        let key = if watches.is_empty() {
-            vec![]
-        } else {
-            key::names(watched)
-        };
-        if key.is_empty() && !watches.is_empty() && watched == written {
+    let key_names = if watches.is_empty() {
+        vec![]
+    } else if watched == written {
+        // SAFETY: the trigger's relation is open.
+        let names = unsafe { key::names_of_open(relation) };
+        if names.is_empty() {
             error!("indexnow: a watched table has no primary key any more");
         }
-        (key, primary_key(relation), attributes((*relation).rd_att))
+        names
+    } else {
+        key::names(watched)
     };
+    // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
+    let (primary_key, attributes) =
+        unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
     let mut ignores: Vec<&[String]> = watches.iter().map(|w| w.ignore.as_slice()).collect();
     ignores.push(&[]);
     let compared = ignores
@@ -176,7 +179,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
                 .collect()
         })
         .collect();
-    let key_columns = key
+    let key_columns = key_names
         .iter()
         .map(|name| {
             let a = attributes.iter().find(|a| &a.name == name)?;
@@ -194,7 +197,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
         watched,
         watches,
         relations,
-        key,
+        key: key_names,
         key_columns,
         primary_key,
         compared,
@@ -202,7 +205,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     }
 }
 
-fn key_kind(type_oid: pg_sys::Oid) -> Option<KeyKind> {
+pub(crate) fn key_kind(type_oid: pg_sys::Oid) -> Option<KeyKind> {
     match type_oid {
         pg_sys::INT2OID => Some(KeyKind::Int2),
         pg_sys::INT4OID => Some(KeyKind::Int4),

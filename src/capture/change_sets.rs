@@ -1,15 +1,16 @@
 //! Change sets (`indexnow_changes`): which rows of a watched table a statement touched, recorded
 //! by the writing statement and taken by a deriver after it commits (`super::derive`). Every
-//! statement that reads or writes that table is here.
+//! statement that reads or writes that table is here, with the SQL that reads a trigger event's
+//! keys for them.
 //!
 //! A change set names its table, the watches to derive (NULL: all of the table's), and the keys of
 //! the rows (`[[k0, ...], ...]`, at most [`KEYS_AT_MOST`]), or no keys for the whole table (a
-//! TRUNCATE, a partition attached or detached).
+//! TRUNCATE, a partition attached or detached, `super::partitions`).
 //!
-//! Keys come from three places, and each is recorded by one function here: read from the
-//! transition tables in Rust (`super::transition`, for integer and text keys) or by SQL
-//! ([`recording_sql`], for other key types), or found by a related-table query or given back by a
-//! derivation that could not run in the statement ([`record_keys`]).
+//! Keys come from three places: read from the transition tables in Rust (`super::transition`,
+//! integer and text keys), each full change set inserted by [`record`]; read by SQL over them
+//! (other key types), [`recording_sql`]; or found by a related-table query, or given back by a
+//! derivation that could not run in the statement, [`record_keys`].
 
 use super::statements::row_key;
 use crate::plan_cache;
@@ -48,7 +49,9 @@ pub fn record(
 
 /// Records `keys` (`[[k0, ...], ...]`) of `tbl` for `watches`, cut into change sets.
 pub fn record_keys(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, keys: Value) {
-    let Value::Array(keys) = keys else { return };
+    let Value::Array(keys) = keys else {
+        error!("indexnow: the keys of a change set are not a JSON array: {keys}")
+    };
     Spi::connect_mut(|client| {
         for chunk in keys.chunks(KEYS_AT_MOST) {
             let text = serde_json::to_string(chunk).expect("JSON values are written");
@@ -59,9 +62,9 @@ pub fn record_keys(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, keys:
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
 }
 
-/// Records that the whole of `tbl` changed (its rows are known only by reading it), once per
-/// transaction: a TRUNCATE of a partitioned table fires the triggers of the table and of every
-/// partition.
+/// Records that the whole of `tbl` changed (its rows are known only by reading it: a TRUNCATE, a
+/// partition attached or detached), once per transaction: a TRUNCATE of a partitioned table fires
+/// the triggers of the table and of every partition, and one change set covers them all.
 pub fn record_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>) {
     let sql = format!(
         "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
@@ -74,7 +77,7 @@ pub fn record_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>
     Spi::connect_mut(|client| {
         plan_cache::write(client, &sql, &[tbl.into(), watches.into()]).map(|_| ())
     })
-    .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
+    .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
 }
 
 /// The statement that records, by SQL, the keys of one trigger event (key types not read in

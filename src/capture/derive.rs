@@ -41,6 +41,7 @@ pub struct Watch {
     pub pattern: String,
     /// The table, schema-qualified and quoted.
     pub table: String,
+    /// The same table's OID.
     pub oid: pg_sys::Oid,
     pub derive_keys: String,
     pub derive_all: String,

@@ -56,7 +56,7 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
 /// left one, and after an `ALTER TABLE` records a whole-table change set for each such watched
-/// table.
+/// table (one per transaction, `super::change_sets::record_whole_table`).
 #[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
