@@ -25,7 +25,7 @@
 //!   TRUNCATE or reconcile of the table removes those URLs no other watch gives (if search engines
 //!   were told of them), and watching the same pattern again takes them back.
 
-use super::change_sets;
+use super::change_sets::{Waiting, MERGED_AT_MOST};
 use super::derive::{self, Rows};
 use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
@@ -753,12 +753,10 @@ fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
     let ext = crate::extension::schema();
     let mut n = 0;
     loop {
-        let most = change_sets.map_or(change_sets::MERGED_AT_MOST, |most| {
-            usize::try_from(most - n)
-                .unwrap_or(0)
-                .min(change_sets::MERGED_AT_MOST)
+        let most = change_sets.map_or(MERGED_AT_MOST, |most| {
+            usize::try_from(most - n).unwrap_or(0).min(MERGED_AT_MOST)
         });
-        let derived = derive::derive_one_change_set(&ext, change_sets::Waiting::Wait, most);
+        let derived = derive::derive_one_change_set(&ext, Waiting::Wait, most);
         if derived == 0 {
             return n;
         }
