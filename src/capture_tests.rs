@@ -1407,3 +1407,38 @@ fn same_named_keys_of_other_types_keep_their_own_plans() {
         )
     );
 }
+
+/// A key's type changed by `ALTER TABLE` (read by SQL, not in Rust): the statement kept over the
+/// table's transition tables was planned for the old type, and must not read the new values as
+/// that type. PostgreSQL replans it (a transition table carries its table's OID into the plan);
+/// this holds it to that.
+#[pg_test]
+fn a_key_of_another_type_after_alter_table_is_recorded_as_written() {
+    assert!(crate::capture::cache::key_kind(pg_sys::DATEOID).is_none());
+    run("CREATE TABLE by_day (k date PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('by_day', url => 'https://www.example.com/d/{slug}')");
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("SET LOCAL TimeZone = 'UTC'");
+    run("INSERT INTO by_day VALUES ('2026-01-01', 'a')");
+    run("ALTER TABLE by_day ALTER COLUMN k TYPE timestamptz");
+    run("INSERT INTO by_day VALUES ('2026-01-02 03:04:05+00', 'b')");
+    assert_eq!(
+        text("SELECT string_agg(c.keys::text, ', ' ORDER BY c.id) FROM indexnow_changes c")
+            .as_deref(),
+        Some("[[\"2026-01-01\"]], [[\"2026-01-02T03:04:05+00:00\"]]")
+    );
+}
+
+/// The keys of a change set must be a JSON array of keys: anything else is refused with an error
+/// that says so, not recorded.
+#[pg_test(error = "indexnow: the keys of a change set are not a JSON array: {\"k\":1}")]
+fn change_set_keys_that_are_not_an_array_are_refused() {
+    run("CREATE TABLE by_one (k int PRIMARY KEY, slug text)");
+    let oid = count("SELECT 'by_one'::regclass::oid::bigint") as u32;
+    crate::capture::change_sets::record_keys(
+        "public",
+        pg_sys::Oid::from(oid),
+        None,
+        serde_json::json!({"k": 1}),
+    );
+}

@@ -63,12 +63,6 @@ pub fn get_one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(
     })
 }
 
-/// Forgets the kept plans whose text starts with `prefix` (each is freed once no statement runs
-/// it any more).
-pub fn forget_starting_with(prefix: &str) {
-    PLANS.with(|plans| plans.borrow_mut().retain(|sql, _| !sql.starts_with(prefix)));
-}
-
 /// This backend's kept plan of `sql`, planned at first use with the arguments' types.
 ///
 /// The cache is not borrowed while a statement runs: a statement may call a function that runs

@@ -54,10 +54,10 @@ pub struct Table {
     /// For each watch, then for the related-table watches: the attribute numbers the UPDATE gate
     /// compares (the key and every column the watch does not ignore).
     pub compared: Vec<Vec<i16>>,
-    /// Begins the text of every kept statement that reads this table's transition tables. A
-    /// plan over a transition table does not follow the table's DDL (PostgreSQL knows it only as
-    /// a name), and the same text serves tables whose key columns have the same names and other
-    /// types: the tag keeps the plans apart per table, and they are forgotten with the entry.
+    /// Begins the text of every kept statement that reads this table's transition tables: the
+    /// same text serves tables whose key columns have the same names and other types, and the tag
+    /// keeps their plans apart. (A table's own DDL needs nothing here: a transition table carries
+    /// its table's OID into the plan, and PostgreSQL replans when that table is altered.)
     pub plan_tag: String,
 }
 
@@ -111,7 +111,6 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
     }
     register_callback();
     let plan_tag = format!("/* indexnow: transition tables of {} */ ", written.to_u32());
-    crate::plan_cache::forget_starting_with(&plan_tag);
     let generation = GENERATION.get();
     let table = Rc::new(build(function, relation, plan_tag));
     // Built from the transaction's snapshot at REPEATABLE READ or SERIALIZABLE, it may miss a
