@@ -90,6 +90,21 @@ BEGIN
 END
 $statements$;
 
+-- A row that starts giving a URL search engines know as live takes that URL's last push as the
+-- time since it gave it (src/capture/statements.rs): before, only a URL whose removal was
+-- pending did, and the removal of a URL another row had given (a new key, a second row, a page
+-- moved between watched tables, a page of the baseline republished) was cancelled unsent.
+UPDATE @extschema@.indexnow_watches
+   SET derive_keys = pg_catalog.replace(derive_keys, old_since, new_since),
+       derive_all = pg_catalog.replace(derive_all, old_since, new_since)
+  FROM (VALUES (
+          'WHEN u.request_seq > u.settled_seq AND u.reason IN (''moved'', ''unpublished'', '
+          || '''deleted'', ''gone'', ''untranslated'') AND u.last_pushed_at IS NOT NULL '
+          || 'THEN u.last_pushed_at',
+          'WHEN coalesce(u.settled_reason NOT IN (''moved'', ''unpublished'', ''deleted'', '
+          || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'')'
+       )) AS since_rule (old_since, new_since);
+
 -- The key's state, per host (crates/protocol/src/response.rs, key_state). A host of an upgraded
 -- database starts as 'unused': its next answer says what the key is.
 ALTER TABLE @extschema@.indexnow_hosts

@@ -1442,3 +1442,115 @@ fn change_set_keys_that_are_not_an_array_are_refused() {
         serde_json::json!({"k": 1}),
     );
 }
+
+/// A page edited in place (its URL the same) is derived by the small statement
+/// (`statements::edited_in_place`), with what the whole derivation would queue and keep; a save
+/// that is anything else (a new page, a slug change, an unpublish) is left to the whole
+/// derivation.
+#[pg_test]
+fn a_page_edited_in_place_takes_the_small_statement() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let taken = || crate::capture::derive::EDITED_IN_PLACE.load(Relaxed);
+    let source = |what: &str| {
+        text(&format!(
+            "SELECT {what} FROM indexnow_sources WHERE url = 'https://www.example.com/th/a'"
+        ))
+    };
+    site();
+    let start = taken();
+    run("INSERT INTO pages (slug, title, status) VALUES ('a', 'A', 'published')");
+    assert_eq!(taken(), start);
+    assert_eq!(pending(), "https://www.example.com/th/a created");
+    pushed();
+    let (since, fingerprint) = (source("since::text"), source("fingerprint"));
+
+    run("UPDATE pages SET body = 'new' WHERE slug = 'a'");
+    assert_eq!(taken(), start + 1);
+    assert_eq!(pending(), "https://www.example.com/th/a changed");
+    assert_eq!(source("since::text"), since);
+    assert_ne!(source("fingerprint"), fingerprint);
+    // A reschedule in place: the request waits for the new time, and the source keeps it.
+    run("UPDATE pages SET published_at = now() + interval '1 day' WHERE slug = 'a'");
+    assert_eq!(taken(), start + 2);
+    assert_eq!(
+        source("(publish_at > now())::text").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_urls \
+              WHERE url = 'https://www.example.com/th/a' AND available_at > now() + interval '23 hours'"
+        ),
+        1
+    );
+    run("UPDATE pages SET published_at = NULL WHERE slug = 'a'");
+    pushed();
+
+    // A slug change and an unpublish are not edits in place.
+    run("UPDATE pages SET slug = 'b' WHERE slug = 'a'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/th/a moved\nhttps://www.example.com/th/b created"
+    );
+    pushed();
+    run("UPDATE pages SET status = 'draft' WHERE slug = 'b'");
+    assert_eq!(pending(), "https://www.example.com/th/b unpublished");
+    assert_eq!(taken(), start + 3);
+}
+
+/// A URL search engines know as live keeps its removal owed when another row starts giving it:
+/// a new key (an UPDATE of the primary key), a second row, a page moved to another watched
+/// table, a page of the watch's baseline republished or renamed back. Each removal below was
+/// cancelled unsent when the new row's `since` was taken as now.
+#[pg_test]
+fn a_known_url_given_by_another_row_is_still_removed() {
+    let url = |slug: &str| format!("https://www.example.com/{slug}");
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, status text DEFAULT 'pub')");
+    run("CREATE TABLE legacy (id int PRIMARY KEY, slug text NOT NULL)");
+    // Known from the watch's baseline: never pushed by indexnow, taken as known to search engines.
+    run("INSERT INTO pages VALUES (1, 'base'), (2, 'back')");
+    run("INSERT INTO legacy VALUES (1, 'old')");
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', \
+           visible => $$status = 'pub'$$)",
+    );
+    run("SELECT indexnow_watch('legacy', url => 'https://www.example.com/{slug}')");
+    assert_eq!(pending(), "");
+
+    // A baseline page unpublished, republished before the removal went out, then deleted.
+    run("UPDATE pages SET status = 'draft' WHERE id = 1");
+    run("UPDATE pages SET status = 'pub' WHERE id = 1");
+    run("DELETE FROM pages WHERE id = 1");
+    assert_eq!(pending(), format!("{} deleted", url("base")));
+    pushed();
+    // A baseline page renamed and back, then renamed for good.
+    run("UPDATE pages SET slug = 'away' WHERE id = 2");
+    run("UPDATE pages SET slug = 'back' WHERE id = 2");
+    run("UPDATE pages SET slug = 'gone' WHERE id = 2");
+    assert_eq!(
+        pending(),
+        format!("{} moved\n{} created", url("back"), url("gone"))
+    );
+    pushed();
+    // A page moved from one watched table to another, then deleted there.
+    run("INSERT INTO pages VALUES (3, 'old')");
+    run("DELETE FROM legacy WHERE id = 1");
+    assert_eq!(pending(), format!("{} changed", url("old")));
+    run("DELETE FROM pages WHERE id = 3");
+    assert_eq!(pending(), format!("{} deleted", url("old")));
+    pushed();
+    // A pushed page whose key changes, then deleted.
+    run("INSERT INTO pages VALUES (4, 'keyed')");
+    pushed();
+    run("UPDATE pages SET id = 40 WHERE id = 4");
+    run("DELETE FROM pages WHERE id = 40");
+    assert_eq!(pending(), format!("{} deleted", url("keyed")));
+    pushed();
+    // A pushed page given by a second row too; both deleted in turn.
+    run("INSERT INTO pages VALUES (5, 'twice')");
+    pushed();
+    run("INSERT INTO pages VALUES (6, 'twice')");
+    run("DELETE FROM pages WHERE id = 5");
+    run("DELETE FROM pages WHERE id = 6");
+    assert_eq!(pending(), format!("{} deleted", url("twice")));
+}

@@ -22,12 +22,13 @@
 //!   last push is later than the source's `since`, a clock time), or may have been: a worker
 //!   claimed it to send since then (`tried_at`; the answer may be lost with a killed worker, or
 //!   the request may have arrived before a timeout).
-//!   A row that gives again a URL whose removal is still pending (unpublished, then republished
-//!   before the removal went out) takes `since` from that URL's last push: search engines still
-//!   know it as live from this row. Otherwise the URL
-//!   was never public as far as they know: its pending request is cancelled (settled unsent). An
-//!   ORM's insert-then-rename, a draft, a scheduled post cancelled before its time announce
-//!   nothing.
+//!   A row that starts giving a URL search engines know as live (a page republished before its
+//!   removal went out, a second row or a new key giving the URL, a page moved to another watched
+//!   table) takes `since` from that URL's last push (`-infinity` for a URL known from the
+//!   watch's baseline): its removal is owed whichever row gave the URL when they were told.
+//!   Otherwise the URL was never public as far as they know: its pending request is cancelled
+//!   (settled unsent). An ORM's insert-then-rename, a draft, a scheduled post cancelled before
+//!   its time announce nothing.
 //! - A URL another row or another watch still gives is not removed.
 //! - A row whose URL cannot be built or is invalid is skipped; the statement returns how many and
 //!   the first few, and the caller warns once.
@@ -105,6 +106,56 @@ pub struct Statements {
     pub baseline: String,
     /// The same for the rows whose keys are in `$1` (to find the rows that fail).
     pub baseline_keys: String,
+}
+
+/// The reason and time of the live request for a row public at URL `ch.new_hash` (publication
+/// time `ch.new_pub_at`), given that URL's queue row `u`: `changed` when search engines were last
+/// told the URL is live, else `created`; a scheduled one waits for its publication time.
+fn live_request() -> String {
+    format!(
+        "CASE WHEN {} THEN 'changed' ELSE 'created' END AS reason, \
+         greatest(ch.new_pub_at, now()) AS available_at",
+        known_live("u")
+    )
+}
+
+/// Derives one row edited in place, the commonest save: a row there and public at a valid URL,
+/// with a source of that URL whose fingerprint or publication time differ. For that row it does
+/// what a watch's `derive_keys` does (the URL queued live, the source given the new fingerprint
+/// and publication time, its `since` kept), in a statement a fraction of the size: a save that
+/// derives in its statement pays for starting the statement up as much as for running it. Any
+/// other row (no source, another URL, hidden, gone, a URL that cannot be built, nothing changed)
+/// is left alone: the statement says it did nothing, and the caller runs `derive_keys`.
+///
+/// `$1` the key (as `derive_keys` takes it, one key), `$2` the watch. Returns created and
+/// changed (counts), and whether the row was derived.
+pub fn edited_in_place(ext: &str) -> String {
+    format!(
+        "WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp \
+                      FROM {ext}._indexnow_watch_rows($2, $1) WHERE present), \
+         c AS (SELECT w.row_key, x.url, x.url_hash, x.host, w.pub_at, w.fp \
+                 FROM w CROSS JOIN LATERAL {ext}._indexnow_capture_target(w.url, w.vis) x), \
+         ch AS ( \
+           UPDATE {ext}.indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at \
+             FROM c \
+            WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash \
+              AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) \
+           RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
+                     c.pub_at AS new_pub_at), \
+         q AS ( \
+           INSERT INTO {ext}.indexnow_urls AS u \
+             (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
+           SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2 \
+             FROM (SELECT ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, \
+                          {live_request} \
+                     FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash) e \
+           {ON_CONFLICT_SQL} \
+           RETURNING u.reason) \
+         SELECT (SELECT count(*) FROM q WHERE reason = 'created'), \
+                (SELECT count(*) FROM q WHERE reason = 'changed'), \
+                EXISTS (SELECT FROM ch)",
+        live_request = live_request(),
+    )
 }
 
 /// The row key of `alias` as stored in change sets and sources: `jsonb_build_array(k0, ...)`.
@@ -311,8 +362,7 @@ impl WatchDefinition {
              live AS ( \
                SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, \
                       ch.new_host AS host, \
-                      CASE WHEN {known_live} THEN 'changed' ELSE 'created' END AS reason, \
-                      greatest(ch.new_pub_at, now()) AS available_at \
+                      {live_request} \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
@@ -353,8 +403,7 @@ impl WatchDefinition {
                SELECT {id}, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, \
                       ch.new_pub_at, \
                       CASE WHEN ch.old_hash = ch.new_hash THEN ch.since \
-                           WHEN u.request_seq > u.settled_seq AND u.reason IN ({removals}) \
-                                AND u.last_pushed_at IS NOT NULL THEN u.last_pushed_at \
+                           WHEN {known_live} THEN coalesce(u.last_pushed_at, '-infinity') \
                            ELSE clock_timestamp() END \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
@@ -378,6 +427,7 @@ impl WatchDefinition {
             rows = self.read_rows(keyed),
             current = self.current(),
             known_live = known_live("u"),
+            live_request = live_request(),
         )
     }
 

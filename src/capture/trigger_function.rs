@@ -226,8 +226,9 @@ fn capture_own_rows(
         None
     };
     if let Some(keys) = keys {
+        let edited = event == Event::Update && !key_changed;
         for watch in watches {
-            if derive::derive_at_write(watch, keys.clone()).is_err() {
+            if derive::derive_at_write(watch, keys.clone(), edited).is_err() {
                 // a deadlock or the like: derived later
                 change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys.clone());
             }
@@ -305,7 +306,7 @@ fn capture_dependents(
         let n = keys.as_array().map_or(0, Vec::len) as i64;
         let watch = &relation.watch;
         if read_committed && n <= derive_at_write() {
-            if derive::derive_at_write(watch, keys.clone()).is_err() {
+            if derive::derive_at_write(watch, keys.clone(), false).is_err() {
                 // a deadlock or the like: derived later
                 change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys);
             }

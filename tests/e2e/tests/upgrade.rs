@@ -271,10 +271,40 @@ fn upgrade_from(previous: &str, status_columns: i64) {
             .join("\n")
     );
 
-    // The upgraded extension equals a fresh install (the user's grant aside).
+    // The upgraded extension equals a fresh install (the user's grant aside), and the watches
+    // made before the update store the statements the same watches made now store.
     db.batch_execute("REVOKE EXECUTE ON FUNCTION indexnow_status() FROM monitoring")
         .unwrap();
     let mut fresh = cluster.create_db_with_extension("fresh");
+    fresh
+        .batch_execute(&format!(
+            "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
+             SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
+                                   visible => 'published'); \
+             CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
+             SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
+        ))
+        .unwrap();
+    let statements = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT concat_ws(E'\n', id, tbl, rows_keys, rows_all, derive_keys, derive_all) \
+               FROM indexnow_watches ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let (upgraded, made_now) = (statements(&mut db), statements(&mut fresh));
+    assert_eq!(upgraded.len(), 2);
+    for (upgraded, made_now) in upgraded.iter().zip(&made_now) {
+        assert!(
+            upgraded == made_now,
+            "a watch's statements after the update differ from the same watch's made now:\n\
+             after the update: {upgraded}\nmade now: {made_now}"
+        );
+    }
     let (upgraded, fresh) = (catalog(&mut db), catalog(&mut fresh));
     assert!(upgraded.len() > 100, "the catalog query sees the extension");
     let only_upgraded: Vec<_> = upgraded.iter().filter(|l| !fresh.contains(l)).collect();
