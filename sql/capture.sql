@@ -25,6 +25,36 @@ BEGIN
 END
 $$;
 
+-- For indexnow_watch(): the columns of tbl that an expression over its row `r` reads (inside a
+-- subquery too), as PostgreSQL's own dependency records have them: a temporary view of the
+-- expression is made, read and rolled back. NULL when the role may not make temporary objects.
+-- (A whole-row reference such as row_to_json(r) is not seen as reading any one column.)
+CREATE FUNCTION _indexnow_expression_columns(tbl text, expr text) RETURNS text[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    columns text[];
+BEGIN
+    BEGIN
+        EXECUTE format('CREATE TEMPORARY VIEW indexnow_expression_probe AS SELECT (%s) AS x FROM %s r',
+                       expr, tbl);
+        SELECT pg_catalog.array_agg(DISTINCT a.attname::text) INTO columns
+          FROM pg_catalog.pg_rewrite w
+          JOIN pg_catalog.pg_depend d
+            ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
+          JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+         WHERE w.ev_class = 'pg_temp.indexnow_expression_probe'::pg_catalog.regclass
+           AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refobjid = tbl::pg_catalog.regclass AND d.refobjsubid > 0;
+        RAISE EXCEPTION USING ERRCODE = 'INXP1';  -- undo the view
+    EXCEPTION
+        WHEN SQLSTATE 'INXP1' THEN NULL;
+        WHEN insufficient_privilege THEN RETURN NULL;
+    END;
+    RETURN coalesce(columns, '{}');
+END
+$$;
+
 -- Partitions and inheritance children that join or leave a watched table's tree after it was
 -- watched (src/capture/partitions.rs). Never fails the DDL it follows: a problem is a WARNING.
 CREATE FUNCTION _indexnow_on_ddl() RETURNS event_trigger

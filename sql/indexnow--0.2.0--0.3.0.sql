@@ -105,6 +105,66 @@ UPDATE @extschema@.indexnow_watches
           || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'')'
        )) AS since_rule (old_since, new_since);
 
+-- indexnow_watch() finds the columns a watch's expressions read (sql/capture.sql): the UPDATE
+-- gate compares those even when they are ignored as content (a change to one may hide the page
+-- or move its URL). The watches made before get the same: their ignore lists lose those columns.
+CREATE FUNCTION @extschema@._indexnow_expression_columns(tbl text, expr text) RETURNS text[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    columns text[];
+BEGIN
+    BEGIN
+        EXECUTE format('CREATE TEMPORARY VIEW indexnow_expression_probe AS SELECT (%s) AS x FROM %s r',
+                       expr, tbl);
+        SELECT pg_catalog.array_agg(DISTINCT a.attname::text) INTO columns
+          FROM pg_catalog.pg_rewrite w
+          JOIN pg_catalog.pg_depend d
+            ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
+          JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+         WHERE w.ev_class = 'pg_temp.indexnow_expression_probe'::pg_catalog.regclass
+           AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refobjid = tbl::pg_catalog.regclass AND d.refobjsubid > 0;
+        RAISE EXCEPTION USING ERRCODE = 'INXP1';  -- undo the view
+    EXCEPTION
+        WHEN SQLSTATE 'INXP1' THEN NULL;
+        WHEN insufficient_privilege THEN RETURN NULL;
+    END;
+    RETURN coalesce(columns, '{}');
+END
+$$;
+DO $ignore$
+DECLARE
+    w record;
+    expr text;
+    read text[];
+    path text := pg_catalog.current_setting('search_path');
+BEGIN
+    FOR w IN SELECT x.id, x.ignore, x.search_path, x.visible, x.url_sql, x.publish_at,
+                    pg_catalog.format('%I.%I', n.nspname, c.relname) AS tbl
+               FROM @extschema@.indexnow_watches x
+               JOIN pg_catalog.pg_class c ON c.oid = x.tbl
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE x.ignore <> '{}' LOOP
+        read := '{}';
+        PERFORM pg_catalog.set_config('search_path', w.search_path, true);
+        FOREACH expr IN ARRAY ARRAY[w.visible, w.url_sql, w.publish_at] LOOP
+            CONTINUE WHEN expr IS NULL;
+            BEGIN
+                read := read || @extschema@._indexnow_expression_columns(w.tbl, expr);
+            EXCEPTION WHEN OTHERS THEN
+                read := NULL;  -- a broken watch: its gate skips nothing until it is made again
+            END;
+        END LOOP;
+        PERFORM pg_catalog.set_config('search_path', path, true);
+        UPDATE @extschema@.indexnow_watches
+           SET ignore = ARRAY(SELECT i FROM pg_catalog.unnest(w.ignore) i
+                               WHERE read IS NOT NULL AND i <> ALL (read))
+         WHERE id = w.id;
+    END LOOP;
+END
+$ignore$;
+
 -- The key's state, per host (crates/protocol/src/response.rs, key_state). A host of an upgraded
 -- database starts as 'unused': its next answer says what the key is.
 ALTER TABLE @extschema@.indexnow_hosts

@@ -50,8 +50,9 @@ REVOKE ALL ON FUNCTION _indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_capture_target(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_table_changed(oid, text) FROM PUBLIC;
--- _indexnow_expression_type() stays PUBLIC: it runs as its caller (a watcher's expressions are
--- checked with the watcher's rights) and tells only what the caller could find out with a query.
+-- _indexnow_expression_type() and _indexnow_expression_columns() stay PUBLIC: they run as their
+-- caller (a watcher's expressions are checked with the watcher's rights) and tell only what the
+-- caller could find out with a query.
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_wake_launcher_at_commit() FROM PUBLIC;

@@ -1554,3 +1554,36 @@ fn a_known_url_given_by_another_row_is_still_removed() {
     run("DELETE FROM pages WHERE id = 6");
     assert_eq!(pending(), format!("{} deleted", url("twice")));
 }
+
+/// An ignored column that the watch's `visible` or `url_sql` reads is no content change, but a
+/// change to it can hide the page or move its URL: the UPDATE gate compares it all the same, and
+/// the derivation decides (it compares the URL and visibility whatever the fingerprint says).
+#[pg_test]
+fn an_ignored_column_the_expressions_read_still_moves_and_hides() {
+    run(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text, noindex boolean DEFAULT false, \
+           sort int DEFAULT 0, hits int DEFAULT 0)",
+    );
+    run("INSERT INTO pages (id, slug) VALUES (1, 'a'), (2, 'b')");
+    run(
+        "SELECT indexnow_watch('pages', \
+           url_sql => $$'https://www.example.com/' || slug || \
+                       CASE WHEN (SELECT sort > 5) THEN '-x' ELSE '' END$$, \
+           visible => 'NOT noindex', ignore => '{noindex,sort,hits}')",
+    );
+    // What the gate skips: only the column no expression reads.
+    assert_eq!(
+        text("SELECT ignore::text FROM indexnow_watches").as_deref(),
+        Some("{hits}")
+    );
+    run("UPDATE pages SET hits = 1");
+    assert_eq!(pending(), "");
+    run("UPDATE pages SET noindex = true WHERE id = 1");
+    assert_eq!(pending(), "https://www.example.com/a unpublished");
+    run("UPDATE pages SET sort = 10 WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a unpublished\nhttps://www.example.com/b moved\n\
+         https://www.example.com/b-x created"
+    );
+}

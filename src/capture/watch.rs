@@ -144,6 +144,18 @@ fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
     .unwrap_or_default()
 }
 
+/// The columns of `table` that `expr` reads (`None` when that cannot be found out: the caller may
+/// not make a temporary view).
+fn expression_columns(ext: &str, table: &Table, expr: &str) -> Option<Vec<String>> {
+    spi(
+        "finding the columns an expression reads",
+        Spi::get_one_with_args::<Vec<String>>(
+            &format!("SELECT {ext}._indexnow_expression_columns($1, $2)"),
+            &[table.qualified.as_str().into(), expr.into()],
+        ),
+    )
+}
+
 /// Refuses unless `caller` may put triggers on `table` (`what` names the argument).
 fn check_trigger_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str, what: &str) {
     let may: Option<bool> = spi(
@@ -254,7 +266,8 @@ struct Checked {
     /// The template or url_sql: what names the watch.
     pattern: String,
     source: UrlSource,
-    /// The ignored columns the table has.
+    /// The ignored columns the table has that the watch's expressions do not read: what the
+    /// UPDATE gate skips (the fingerprint leaves out every ignored column: `public`).
     ignore: Vec<String>,
     /// The columns whose change is a content change.
     public: Vec<String>,
@@ -350,6 +363,19 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
         .map(|(name, _)| name.clone())
         .filter(|c| !ignore.contains(c))
         .collect();
+    // The UPDATE gate skips a write that changed ignored columns only. A column the watch's
+    // expressions read may change the URL, the visibility or the publication time (`ignore =>
+    // '{noindex}'` with `visible => 'NOT noindex'`: no content change, but an unpublish), which
+    // the derivation compares whatever the fingerprint says: the gate compares it all the same.
+    // Not knowing what they read (no right to make a temporary view), the gate skips nothing.
+    let read: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
+        .into_iter()
+        .flatten()
+        .try_fold(vec![], |mut all, expr| {
+            all.extend(expression_columns(ext, &table, expr)?);
+            Some(all)
+        });
+    ignore.retain(|c| read.as_ref().is_some_and(|read| !read.contains(c)));
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
     let search_path = spi(

@@ -147,6 +147,10 @@ pub enum Settle {
     /// decision is remembered so the next pass does not make it again.
     DryRun,
     /// A temporary failure: the lease is given back and the rows stay due. Nothing is dropped.
+    /// The request was made, and may have reached search engines (a timeout, a worker told to
+    /// stop mid-request): `tried_at` says so, as a worker's claim does before it sends, so that
+    /// a removal of these URLs is not taken for one of a URL they never heard of
+    /// (`indexnow_push_now()` claims by reading, and notes it only here).
     Release,
 }
 
@@ -176,7 +180,9 @@ pub fn settle(settle: Settle, locate: Locate) -> String {
              claimed_until = NULL"
         }
         Settle::DryRun => "dry_run_seq = c.request_seq, claimed_until = NULL",
-        Settle::Release => "claimed_until = NULL",
+        Settle::Release => {
+            "claimed_until = NULL, tried_at = greatest(u.tried_at, clock_timestamp())"
+        }
     };
     let found = match locate {
         Locate::ByTid => "u.ctid = ANY (ARRAY(SELECT t::tid FROM unnest($5::text[]) t))",

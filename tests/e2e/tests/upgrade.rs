@@ -98,7 +98,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
          SELECT indexnow_add_host('{HOST}', '{KEY}'); \
          CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
          SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
-                               visible => 'published'); \
+                               visible => 'published', ignore => '{{published}}'); \
          INSERT INTO pages VALUES (1, 'one', true), (2, 'two', true), (3, 'draft', false); \
          CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
          SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
@@ -280,14 +280,14 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         .batch_execute(&format!(
             "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
              SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
-                                   visible => 'published'); \
+                                   visible => 'published', ignore => '{{published}}'); \
              CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
              SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
         ))
         .unwrap();
     let statements = |db: &mut Client| -> Vec<String> {
         db.query(
-            "SELECT concat_ws(E'\n', id, tbl, rows_keys, rows_all, derive_keys, derive_all) \
+            "SELECT concat_ws(E'\n', id, tbl, ignore, rows_keys, rows_all, derive_keys, derive_all) \
                FROM indexnow_watches ORDER BY id",
             &[],
         )
