@@ -105,9 +105,12 @@ UPDATE @extschema@.indexnow_watches
           || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'')'
        )) AS since_rule (old_since, new_since);
 
--- indexnow_watch() finds the columns a watch's expressions read (sql/capture.sql): the UPDATE
--- gate compares those even when they are ignored as content (a change to one may hide the page
--- or move its URL). The watches made before get the same: their ignore lists lose those columns.
+-- indexnow_watch() finds the columns a watch's expressions read (sql/capture.sql) and keeps them
+-- in indexnow_watches.expression_columns: the UPDATE gate compares those even when they are
+-- ignored as content (a change to one may hide the page or move its URL). The watches made
+-- before get them too (NULL, for a watch whose expressions no longer parse: its gate then
+-- compares every column).
+ALTER TABLE @extschema@.indexnow_watches ADD COLUMN expression_columns text[];
 CREATE FUNCTION @extschema@._indexnow_expression_columns(tbl text, expr text) RETURNS text[]
 LANGUAGE plpgsql
 AS $$
@@ -133,19 +136,18 @@ BEGIN
     RETURN coalesce(columns, '{}');
 END
 $$;
-DO $ignore$
+DO $columns$
 DECLARE
     w record;
     expr text;
     read text[];
     path text := pg_catalog.current_setting('search_path');
 BEGIN
-    FOR w IN SELECT x.id, x.ignore, x.search_path, x.visible, x.url_sql, x.publish_at,
+    FOR w IN SELECT x.id, x.search_path, x.visible, x.url_sql, x.publish_at,
                     pg_catalog.format('%I.%I', n.nspname, c.relname) AS tbl
                FROM @extschema@.indexnow_watches x
                JOIN pg_catalog.pg_class c ON c.oid = x.tbl
-               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-              WHERE x.ignore <> '{}' LOOP
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace LOOP
         read := '{}';
         PERFORM pg_catalog.set_config('search_path', w.search_path, true);
         FOREACH expr IN ARRAY ARRAY[w.visible, w.url_sql, w.publish_at] LOOP
@@ -153,17 +155,15 @@ BEGIN
             BEGIN
                 read := read || @extschema@._indexnow_expression_columns(w.tbl, expr);
             EXCEPTION WHEN OTHERS THEN
-                read := NULL;  -- a broken watch: its gate skips nothing until it is made again
+                read := NULL;
             END;
+            EXIT WHEN read IS NULL;
         END LOOP;
         PERFORM pg_catalog.set_config('search_path', path, true);
-        UPDATE @extschema@.indexnow_watches
-           SET ignore = ARRAY(SELECT i FROM pg_catalog.unnest(w.ignore) i
-                               WHERE read IS NOT NULL AND i <> ALL (read))
-         WHERE id = w.id;
+        UPDATE @extschema@.indexnow_watches SET expression_columns = read WHERE id = w.id;
     END LOOP;
 END
-$ignore$;
+$columns$;
 
 -- The key's state, per host (crates/protocol/src/response.rs, key_state). A host of an upgraded
 -- database starts as 'unused': its next answer says what the key is.

@@ -105,6 +105,9 @@ CREATE TABLE indexnow_watches (
     derive_keys   text NOT NULL,
     derive_all    text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
+    -- the columns visible, url_sql and publish_at read: the UPDATE gate compares them even when
+    -- they are ignored as content (NULL: not known, the gate compares every column)
+    expression_columns text[],
     CHECK ((url IS NULL) <> (url_sql IS NULL))
 );
 CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) WHERE active;

@@ -1422,10 +1422,15 @@ fn a_key_of_another_type_after_alter_table_is_recorded_as_written() {
     run("INSERT INTO by_day VALUES ('2026-01-01', 'a')");
     run("ALTER TABLE by_day ALTER COLUMN k TYPE timestamptz");
     run("INSERT INTO by_day VALUES ('2026-01-02 03:04:05+00', 'b')");
+    // (The first insert's change set was derived at the ALTER TABLE, as it was watched then.)
     assert_eq!(
         text("SELECT string_agg(c.keys::text, ', ' ORDER BY c.id) FROM indexnow_changes c")
             .as_deref(),
-        Some("[[\"2026-01-01\"]], [[\"2026-01-02T03:04:05+00:00\"]]")
+        Some("[[\"2026-01-02T03:04:05+00:00\"]]")
+    );
+    assert_eq!(
+        pending(),
+        "https://www.example.com/d/a created\nhttps://www.example.com/d/b created"
     );
 }
 
@@ -1571,10 +1576,11 @@ fn an_ignored_column_the_expressions_read_still_moves_and_hides() {
                        CASE WHEN (SELECT sort > 5) THEN '-x' ELSE '' END$$, \
            visible => 'NOT noindex', ignore => '{noindex,sort,hits}')",
     );
-    // What the gate skips: only the column no expression reads.
+    // The gate skips only the column no expression reads.
     assert_eq!(
-        text("SELECT ignore::text FROM indexnow_watches").as_deref(),
-        Some("{hits}")
+        text("SELECT ignore::text || ' ' || expression_columns::text FROM indexnow_watches")
+            .as_deref(),
+        Some("{noindex,sort,hits} {noindex,slug,sort}")
     );
     run("UPDATE pages SET hits = 1");
     assert_eq!(pending(), "");
@@ -1586,4 +1592,46 @@ fn an_ignored_column_the_expressions_read_still_moves_and_hides() {
         "https://www.example.com/a unpublished\nhttps://www.example.com/b moved\n\
          https://www.example.com/b-x created"
     );
+}
+
+/// After an `ALTER TABLE` the watch is made again for the table as it is: a column added counts
+/// as content (a change to it is announced), its default alone announces nothing (a change of
+/// definition is not a change of content), and a column the watch does not name can be renamed
+/// or dropped without breaking it.
+#[pg_test]
+fn a_watch_follows_alter_table() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, body text, extra text)");
+    run("INSERT INTO pages VALUES (1, 'a', 'x', 'e'), (2, 'b', 'y', 'e')");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}')");
+    pushed();
+    run("ALTER TABLE pages ADD COLUMN summary text");
+    run("ALTER TABLE pages ADD COLUMN lang text NOT NULL DEFAULT 'th'");
+    assert_eq!(pending(), "");
+    run("UPDATE pages SET summary = 's' WHERE id = 1");
+    assert_eq!(pending(), "https://www.example.com/a changed");
+    pushed();
+    run("UPDATE pages SET lang = 'en' WHERE id = 2");
+    assert_eq!(pending(), "https://www.example.com/b changed");
+    pushed();
+    run("ALTER TABLE pages RENAME COLUMN body TO content");
+    run("ALTER TABLE pages DROP COLUMN extra");
+    assert_eq!(pending(), "");
+    run("UPDATE pages SET content = 'z' WHERE id = 1");
+    assert_eq!(pending(), "https://www.example.com/a changed");
+    pushed();
+    // The table renamed and moved to another schema.
+    run("CREATE SCHEMA site");
+    run("ALTER TABLE pages RENAME TO articles");
+    run("ALTER TABLE articles SET SCHEMA site");
+    run("UPDATE site.articles SET content = 'v' WHERE id = 1");
+    assert_eq!(pending(), "https://www.example.com/a changed");
+    run("ALTER TABLE site.articles SET SCHEMA public");
+    run("ALTER TABLE articles RENAME TO pages");
+    pushed();
+    // A column the URL names, renamed: the ALTER succeeds, the watch stays as it was (and says
+    // so); made again, it works.
+    run("ALTER TABLE pages RENAME COLUMN slug TO path");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{path}')");
+    run("UPDATE pages SET content = 'w' WHERE id = 2");
+    assert_eq!(pending(), "https://www.example.com/b changed");
 }

@@ -45,7 +45,8 @@ pub struct Watch {
     pub oid: pg_sys::Oid,
     pub derive_keys: String,
     pub derive_all: String,
-    /// The columns the UPDATE gate may ignore.
+    /// The columns the UPDATE gate may ignore: the ignored ones the watch's expressions do not
+    /// read.
     pub ignore: Vec<String>,
 }
 
@@ -87,11 +88,19 @@ pub fn watches_by_id(ext: &str, ids: Vec<i32>) -> Vec<Watch> {
     watches_where(ext, "w.id = ANY ($1)", ids.into())
 }
 
+/// The gate's columns come from `expression_columns`, read by name from the row as JSON: a
+/// database still on the SQL of 0.2.0 (between a restart with this library and `ALTER EXTENSION
+/// indexnow UPDATE`) has no such column, and its gate compares every column meanwhile.
 fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>) -> Vec<Watch> {
     let sql = format!(
         "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                w.derive_keys, w.derive_all, w.ignore, w.tbl::pg_catalog.oid \
+                w.derive_keys, w.derive_all, \
+                CASE WHEN pg_catalog.jsonb_typeof(e.columns) OPERATOR(pg_catalog.=) 'array' \
+                     THEN ARRAY(SELECT i FROM pg_catalog.unnest(w.ignore) i \
+                                 WHERE NOT e.columns OPERATOR(pg_catalog.?) i) END, \
+                w.tbl::pg_catalog.oid \
            FROM {ext}.indexnow_watches w \
+           CROSS JOIN LATERAL (SELECT pg_catalog.to_jsonb(w) -> 'expression_columns') e(columns) \
            JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
           WHERE {condition} AND w.active ORDER BY w.id"

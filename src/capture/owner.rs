@@ -179,7 +179,7 @@ pub fn as_extension_owner<R>(ext: &str, f: impl FnOnce() -> R) -> R {
 
 /// Runs `f` as `role` (in a security-restricted operation when `restricted`), and switches back
 /// after it, also when it raises an ERROR.
-fn switched_to<R>(role: pg_sys::Oid, restricted: bool, f: impl FnOnce() -> R) -> R {
+pub fn switched_to<R>(role: pg_sys::Oid, restricted: bool, f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
     // SAFETY: reads and sets this backend's current user, as PostgreSQL's own callers do.
     unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };

@@ -55,8 +55,9 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 
 /// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
-/// left one, and after an `ALTER TABLE` records a whole-table change set for each such watched
-/// table (one per transaction, `super::change_sets::record_whole_table`).
+/// left one, and after an `ALTER TABLE` makes each such watched table's watches again for its new
+/// definition (`super::watch::follow_alter_table`) and records a whole-table change set for it
+/// (one per transaction, `super::change_sets::record_whole_table`).
 #[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
@@ -85,6 +86,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             triggers::install(&ext, &triggers::table_qualified(d));
         }
         if tag == "ALTER TABLE" {
+            super::watch::follow_alter_table(&ext, *w);
             super::change_sets::record_whole_table(&ext, *w, None);
             crate::wake::worker_at_commit();
         }

@@ -33,6 +33,7 @@ use super::{owner, related, triggers};
 use crate::error::{invalid_parameter, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use crate::quote::quote_ident;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
@@ -266,11 +267,12 @@ struct Checked {
     /// The template or url_sql: what names the watch.
     pattern: String,
     source: UrlSource,
-    /// The ignored columns the table has that the watch's expressions do not read: what the
-    /// UPDATE gate skips (the fingerprint leaves out every ignored column: `public`).
+    /// The ignored columns the table has.
     ignore: Vec<String>,
     /// The columns whose change is a content change.
     public: Vec<String>,
+    /// The columns `visible`, `url_sql` and `publish_at` read (`None`: not known).
+    read_by_expressions: Option<Vec<String>>,
     publish: Option<PublishAt>,
     hidden_reason: Reason,
     /// The caller's search_path, resolved, for the watch's expressions.
@@ -366,16 +368,16 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     // The UPDATE gate skips a write that changed ignored columns only. A column the watch's
     // expressions read may change the URL, the visibility or the publication time (`ignore =>
     // '{noindex}'` with `visible => 'NOT noindex'`: no content change, but an unpublish), which
-    // the derivation compares whatever the fingerprint says: the gate compares it all the same.
-    // Not knowing what they read (no right to make a temporary view), the gate skips nothing.
-    let read: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
+    // the derivation compares whatever the fingerprint says: the gate compares it all the same
+    // (`derive::watches_of`). Not knowing what they read (no right to make a temporary view),
+    // the gate compares every column.
+    let read_by_expressions: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
         .into_iter()
         .flatten()
         .try_fold(vec![], |mut all, expr| {
             all.extend(expression_columns(ext, &table, expr)?);
             Some(all)
         });
-    ignore.retain(|c| read.as_ref().is_some_and(|read| !read.contains(c)));
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
     let search_path = spi(
@@ -401,6 +403,7 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
         source,
         ignore,
         public,
+        read_by_expressions,
         publish,
         hidden_reason,
         search_path,
@@ -522,6 +525,7 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
             checked.search_path.as_str().into(),
             checked.time_zone.as_str().into(),
             checked.maker.as_str().into(),
+            checked.read_by_expressions.clone().into(),
         ]
     };
     let watch_id: i32 = match previous {
@@ -535,8 +539,8 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
                         "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
                            url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
                            hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
-                           active = true \
-                         WHERE id = $11"
+                           expression_columns = $11, active = true \
+                         WHERE id = $12"
                     ),
                     &args,
                 ),
@@ -548,9 +552,9 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
             Spi::get_one_with_args(
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
-                       publish_at, hidden_reason, search_path, time_zone, owner, derive_keys, \
-                       derive_all) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', '') \
+                       publish_at, hidden_reason, search_path, time_zone, owner, \
+                       expression_columns, derive_keys, derive_all) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', '') \
                      RETURNING id"
                 ),
                 &args(),
@@ -834,4 +838,169 @@ fn indexnow_capture_target(
         },
     };
     TableIterator::new(vec![row])
+}
+
+/// Makes the statements of the active watches of `table` again from their arguments and the
+/// table as it is after an `ALTER TABLE` (`super::partitions`' event trigger): a column added
+/// counts as content, and a column dropped or renamed that a watch does not name no longer
+/// breaks it. Each is checked as `indexnow_watch()` checked it, as the role that made it, with
+/// its `search_path` and `TimeZone`. What the table's change of definition alone changes in the
+/// fingerprints (a column added with a default) is taken as known: a change of definition is not
+/// a change of content, and announcing every page for it would be the very noise indexnow exists
+/// to spare. A change of URL, visibility or publication time it makes is derived as a write's.
+/// A watch that cannot be made again (a column it names is gone) is left as it was, with a
+/// WARNING that says how to mend it.
+///
+/// Not before `ALTER EXTENSION indexnow UPDATE`: the statements would call this release's
+/// functions, which a database on the SQL of an earlier release does not have.
+pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
+    if crate::extension::version_mismatch().is_some() {
+        return;
+    }
+    let watches: Vec<(i32, String)> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT id, pattern FROM {ext}.indexnow_watches \
+                      WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND active ORDER BY id"
+                ),
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok((r.get(1)?.unwrap_or_default(), r.get(2)?.unwrap_or_default())))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the watches of an altered table: {e}"));
+    if watches.is_empty() {
+        return;
+    }
+    // What was written before the change is derived as it was watched then.
+    derive::derive_all_change_sets(ext);
+    for (id, pattern) in watches {
+        if let Err(message) = crate::subtransaction::run(|| make_again(ext, id, table)) {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_WARNING,
+                format!(
+                    "indexnow: after this ALTER TABLE, the watch of {} for {pattern} cannot \
+                     derive its URLs: {}",
+                    describe(table).label,
+                    message.message.trim_start_matches("indexnow_watch: ")
+                ),
+                "indexnow",
+            )
+            .set_hint(
+                "Make the watch again with indexnow_watch() for the table as it is now; it \
+                 catches up by itself.",
+            )
+            .report(PgLogLevel::WARNING);
+        }
+    }
+}
+
+/// Makes watch `id` again (see [`follow_alter_table`]).
+fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
+    type Stored = (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Vec<String>,
+        Option<String>,
+        String,
+        String,
+        String,
+        Option<pg_sys::Oid>,
+        Option<Vec<String>>,
+    );
+    let stored: Stored = Spi::connect(|client| {
+        let t = client.select(
+            &format!(
+                "SELECT w.url, w.url_sql, w.visible, w.ignore, w.publish_at, w.hidden_reason, \
+                        w.search_path, w.time_zone, r.oid, w.expression_columns \
+                   FROM {ext}.indexnow_watches w \
+                   LEFT JOIN pg_catalog.pg_roles r ON r.rolname = w.owner WHERE w.id = $1"
+            ),
+            None,
+            &[id.into()],
+        )?;
+        let r = t.first();
+        Ok::<_, pgrx::spi::Error>((
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?.unwrap_or_default(),
+            r.get(5)?,
+            r.get(6)?.unwrap_or_default(),
+            r.get(7)?.unwrap_or_default(),
+            r.get(8)?.unwrap_or_default(),
+            r.get(9)?,
+            r.get(10)?,
+        ))
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading watch {id}: {e}"));
+    let (url, url_sql, visible, ignore, publish_at, hidden_reason, search_path, time_zone) = (
+        stored.0, stored.1, stored.2, stored.3, stored.4, stored.5, stored.6, stored.7,
+    );
+    let Some(maker) = stored.8 else {
+        error!("the role that made it does not exist");
+    };
+    let columns = describe(table).columns;
+    // An ignored column dropped since is no longer there to ignore.
+    let ignore: Vec<String> = ignore
+        .into_iter()
+        .filter(|c| columns.iter().any(|(name, _)| name == c))
+        .collect();
+    let given = Given {
+        url: url.as_deref(),
+        url_sql: url_sql.as_deref(),
+        visible: visible.as_deref(),
+        ignore: Some(ignore),
+        publish_at: publish_at.as_deref(),
+        hidden_reason: &hidden_reason,
+    };
+    let settings = [("search_path", search_path), ("TimeZone", time_zone)];
+    let mut checked = owner::switched_to(maker, true, || {
+        derive::with_settings(&settings, || check(ext, maker, table, &given))
+    });
+    // A security-restricted operation may not make the temporary view that finds the columns
+    // the expressions read: the ones found when the watch was made stand.
+    if checked.read_by_expressions.is_none() {
+        checked.read_by_expressions = stored.9;
+    }
+    let definition = WatchDefinition {
+        watch_id: id,
+        ext: ext.to_string(),
+        table: checked.table.qualified.clone(),
+        key: checked.table.key.clone(),
+        public: checked.public.clone(),
+        url: checked.source,
+        visible: given.visible.map(str::to_string),
+        publish_at: checked.publish,
+        hidden_reason: checked.hidden_reason,
+    };
+    let sql = definition.statements();
+    store_statements(ext, id, &sql);
+    spi(
+        "storing the watch",
+        Spi::run_with_args(
+            &format!("UPDATE {ext}.indexnow_watches SET expression_columns = $2 WHERE id = $1"),
+            &[id.into(), checked.read_by_expressions.into()],
+        ),
+    );
+    // The fingerprints as the table's new definition gives them (under the settings every
+    // derivation runs with), taken as known.
+    let pinned = derive::pinned_settings(&crate::extension::own_search_path(ext));
+    derive::with_settings(&pinned, || {
+        spi(
+            "taking the new fingerprints as known",
+            Spi::run_with_args(
+                &format!(
+                    "UPDATE {ext}.indexnow_sources s SET fingerprint = w.fp \
+                   FROM {ext}._indexnow_watch_rows($1, NULL) w \
+                  WHERE s.watch_id = $1 AND s.row_key = w.row_key::pg_catalog.jsonb \
+                    AND w.present AND s.fingerprint IS DISTINCT FROM w.fp"
+                ),
+                &[id.into()],
+            ),
+        )
+    });
 }

@@ -287,7 +287,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         .unwrap();
     let statements = |db: &mut Client| -> Vec<String> {
         db.query(
-            "SELECT concat_ws(E'\n', id, tbl, ignore, rows_keys, rows_all, derive_keys, derive_all) \
+            "SELECT concat_ws(E'\n', id, tbl, ignore, expression_columns, rows_keys, rows_all, derive_keys, derive_all) \
                FROM indexnow_watches ORDER BY id",
             &[],
         )
