@@ -108,7 +108,7 @@ fn indexnow_status() -> TableIterator<
     let ext = crate::extension::schema();
     // SAFETY: reads shared state.
     if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::change_sets::waiting(&ext) {
-        crate::capture::derive::derive_all_change_sets(&ext);
+        crate::capture::derive::derive_change_sets_for_reader(&ext);
     }
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();

@@ -460,12 +460,30 @@ fn warn(watch: &Watch, message: String) {
 /// it), together with small ones after it of the same table and watches (`most` change sets in
 /// all at most), and deletes them. Returns how many it derived: 0 when there was none.
 pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize {
+    derive_taken(ext, waiting, most, &[]).unwrap_or_else(|(table, message)| {
+        // The change set stays: this transaction ends, and it is derived again.
+        error!(
+            "indexnow: deriving a change set of {table} failed, it is kept for the next try: \
+             {message}"
+        )
+    })
+}
+
+/// As [`derive_one_change_set`], with `settings` for its derivations; a derivation that fails
+/// for a reason that is gone if it is tried again (a lock wait `lock_timeout` ended) leaves the
+/// change set in place and says which table's it was, and why.
+fn derive_taken(
+    ext: &str,
+    waiting: Waiting,
+    most: usize,
+    settings: &[(&'static str, String)],
+) -> Result<usize, (String, String)> {
     // A read first: an idle worker's pass takes no transaction id.
     if most == 0 || !change_sets::waiting(ext) || !may_derive_here() {
-        return 0;
+        return Ok(0);
     }
     let Some(taken) = change_sets::take(ext, waiting, most) else {
-        return 0;
+        return Ok(0);
     };
     let mut wrote = false;
     for watch in watches_of(ext, taken.table) {
@@ -480,13 +498,14 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize 
             Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
-        match derive(&watch, rows, Reason::Deleted) {
+        match derive_with(&watch, rows, Reason::Deleted, settings, false) {
             Ok((_, w)) => wrote |= w,
-            // The change set stays: this transaction ends, and it is derived again.
-            Err(message) => error!(
-                "indexnow: deriving a change set of {} failed, it is kept for the next try: {message}",
-                watch.table
-            ),
+            Err(message) => {
+                if wrote {
+                    crate::wake::worker_at_commit();
+                }
+                return Err((watch.table, message));
+            }
         }
     }
     if taken.keys.is_none() {
@@ -496,7 +515,35 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize 
     if wrote {
         crate::wake::worker_at_commit();
     }
-    taken.ids.len()
+    Ok(taken.ids.len())
+}
+
+/// How long a reader (`indexnow_status()`, `indexnow_push_now()`) waits for a queue row or
+/// source that another transaction holds before it leaves the change sets to the workers: a
+/// transaction left open, or prepared and never committed, must not hang monitoring.
+const READER_WAITS_AT_MOST: &str = "1s";
+
+/// Derives every change set there is, as [`derive_all_change_sets`], for a reader that reports
+/// or sends what is derived: a change set whose derivation waits longer than
+/// [`READER_WAITS_AT_MOST`] for another transaction's lock, and those after it, are left for the
+/// workers (derived once that transaction ends), with a NOTICE.
+pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
+    let settings = [("lock_timeout", READER_WAITS_AT_MOST.to_string())];
+    let mut n = 0;
+    loop {
+        match derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings) {
+            Ok(0) => return n,
+            Ok(derived) => n += derived as i64,
+            Err((table, message)) => {
+                notice!(
+                    "indexnow: the changes recorded for {table} are left to the workers: \
+                     {message} (another transaction holds what they would write; they are \
+                     derived once it ends)"
+                );
+                return n;
+            }
+        }
+    }
 }
 
 /// Whether this transaction may derive: it can write, and it reads at READ COMMITTED (a snapshot

@@ -227,7 +227,7 @@ pub fn derive_change_sets(session: Session) {
     let ext = || crate::extension::schema();
     match session {
         Session::PushNow => {
-            derive::derive_all_change_sets(&ext());
+            derive::derive_change_sets_for_reader(&ext());
         }
         Session::Worker { .. } => {
             while !session.told_to_stop()

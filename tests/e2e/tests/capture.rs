@@ -500,3 +500,60 @@ fn a_save_does_not_wait_for_a_derivation_holding_its_page() {
         .unwrap();
     assert_eq!(count(&mut db, seq), before);
 }
+
+/// `indexnow_status()` and `indexnow_push_now()` derive what was recorded before they answer,
+/// but a transaction that holds what a derivation would write (here a prepared one, which may
+/// stay for days) makes them wait a second at most: the change set is left to the workers, with
+/// a NOTICE, and derived once that transaction ends.
+#[test]
+fn readers_do_not_wait_for_a_transaction_left_open() {
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: vec!["max_prepared_transactions = 2".into()],
+    });
+    let mut db = site(&cluster);
+    db.batch_execute(
+        "INSERT INTO pages (slug, status) VALUES ('a', 'published'), ('b', 'published')",
+    )
+    .unwrap();
+    // Pushed, in a transaction of its own (a later clock than the saves').
+    db.batch_execute(
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now() WHERE request_seq > settled_seq",
+    )
+    .unwrap();
+    db.batch_execute("BEGIN; UPDATE pages SET body = 'held' WHERE slug = 'a'")
+        .unwrap();
+    db.batch_execute("PREPARE TRANSACTION 'held'").unwrap();
+    // The second page takes the first one's URL: its save cannot derive (the prepared
+    // transaction holds that URL's queue row), so it is recorded.
+    db.batch_execute("UPDATE pages SET slug = 'a', body = 'q' WHERE slug = 'b'")
+        .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
+    db.batch_execute("SET statement_timeout = '10s'").unwrap();
+    for reader in [
+        "SELECT count(*) FROM indexnow_status()",
+        "SELECT count(*) FROM indexnow_push_now()",
+    ] {
+        let started = std::time::Instant::now();
+        db.batch_execute(reader)
+            .unwrap_or_else(|e| panic!("{reader}: {e}"));
+        assert!(
+            started.elapsed() < SECONDS(5),
+            "{reader} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
+    db.batch_execute("COMMIT PREPARED 'held'").unwrap();
+    db.batch_execute("SELECT count(*) FROM indexnow_status()")
+        .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/th/a changed",
+            "https://www.example.com/th/b moved"
+        ]
+    );
+}
