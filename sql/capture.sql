@@ -27,8 +27,10 @@ $$;
 
 -- For indexnow_watch(): the columns of tbl that an expression over its row `r` reads (inside a
 -- subquery too), as PostgreSQL's own dependency records have them: a temporary view of the
--- expression is made, read and rolled back. NULL when the role may not make temporary objects.
--- (A whole-row reference such as row_to_json(r) is not seen as reading any one column.)
+-- expression is made, read and rolled back. NULL — not known, so the UPDATE gate compares every
+-- column — when the expression reads the whole row (`is_public(r)`: which columns the function
+-- reads is not recorded), when the role may not make temporary objects, or when the view cannot
+-- be made.
 CREATE FUNCTION _indexnow_expression_columns(tbl text, expr text) RETURNS text[]
 LANGUAGE plpgsql
 AS $$
@@ -38,7 +40,7 @@ BEGIN
     BEGIN
         EXECUTE format('CREATE TEMPORARY VIEW indexnow_expression_probe AS SELECT (%s) AS x FROM %s r',
                        expr, tbl);
-        SELECT pg_catalog.array_agg(DISTINCT a.attname::text) INTO columns
+        SELECT coalesce(pg_catalog.array_agg(DISTINCT a.attname::text), '{}') INTO columns
           FROM pg_catalog.pg_rewrite w
           JOIN pg_catalog.pg_depend d
             ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
@@ -46,12 +48,15 @@ BEGIN
          WHERE w.ev_class = 'pg_temp.indexnow_expression_probe'::pg_catalog.regclass
            AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
            AND d.refobjid = tbl::pg_catalog.regclass AND d.refobjsubid > 0;
+        IF pg_catalog.strpos(pg_catalog.pg_get_viewdef('pg_temp.indexnow_expression_probe'::pg_catalog.regclass),
+                             'r.*') > 0 THEN
+            columns := NULL;
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'INXP1';  -- undo the view
     EXCEPTION
-        WHEN SQLSTATE 'INXP1' THEN NULL;
-        WHEN insufficient_privilege THEN RETURN NULL;
+        WHEN SQLSTATE 'INXP1' THEN RETURN columns;
+        WHEN OTHERS THEN RETURN NULL;
     END;
-    RETURN coalesce(columns, '{}');
 END
 $$;
 

@@ -120,7 +120,7 @@ BEGIN
     BEGIN
         EXECUTE format('CREATE TEMPORARY VIEW indexnow_expression_probe AS SELECT (%s) AS x FROM %s r',
                        expr, tbl);
-        SELECT pg_catalog.array_agg(DISTINCT a.attname::text) INTO columns
+        SELECT coalesce(pg_catalog.array_agg(DISTINCT a.attname::text), '{}') INTO columns
           FROM pg_catalog.pg_rewrite w
           JOIN pg_catalog.pg_depend d
             ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
@@ -128,12 +128,15 @@ BEGIN
          WHERE w.ev_class = 'pg_temp.indexnow_expression_probe'::pg_catalog.regclass
            AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
            AND d.refobjid = tbl::pg_catalog.regclass AND d.refobjsubid > 0;
+        IF pg_catalog.strpos(pg_catalog.pg_get_viewdef('pg_temp.indexnow_expression_probe'::pg_catalog.regclass),
+                             'r.*') > 0 THEN
+            columns := NULL;
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'INXP1';  -- undo the view
     EXCEPTION
-        WHEN SQLSTATE 'INXP1' THEN NULL;
-        WHEN insufficient_privilege THEN RETURN NULL;
+        WHEN SQLSTATE 'INXP1' THEN RETURN columns;
+        WHEN OTHERS THEN RETURN NULL;
     END;
-    RETURN coalesce(columns, '{}');
 END
 $$;
 DO $columns$
@@ -141,22 +144,33 @@ DECLARE
     w record;
     expr text;
     read text[];
+    found_columns text[];
     path text := pg_catalog.current_setting('search_path');
 BEGIN
-    FOR w IN SELECT x.id, x.search_path, x.visible, x.url_sql, x.publish_at,
+    FOR w IN SELECT x.id, x.owner, x.search_path, x.visible, x.url_sql, x.publish_at,
                     pg_catalog.format('%I.%I', n.nspname, c.relname) AS tbl
                FROM @extschema@.indexnow_watches x
                JOIN pg_catalog.pg_class c ON c.oid = x.tbl
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace LOOP
         read := '{}';
+        -- As the role that made the watch (its expressions are its text), with its search_path.
         PERFORM pg_catalog.set_config('search_path', w.search_path, true);
         FOREACH expr IN ARRAY ARRAY[w.visible, w.url_sql, w.publish_at] LOOP
             CONTINUE WHEN expr IS NULL;
+            -- publish_at naming a column is read as the library reads it: r."column".
+            IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid = w.tbl::pg_catalog.regclass AND a.attname = expr
+                          AND a.attnum > 0 AND NOT a.attisdropped) THEN
+                expr := 'r."' || pg_catalog.replace(expr, '"', '""') || '"';
+            END IF;
             BEGIN
-                read := read || @extschema@._indexnow_expression_columns(w.tbl, expr);
+                PERFORM pg_catalog.set_config('role', w.owner, true);
+                found_columns := @extschema@._indexnow_expression_columns(w.tbl, expr);
+                PERFORM pg_catalog.set_config('role', 'none', true);
             EXCEPTION WHEN OTHERS THEN
-                read := NULL;
+                found_columns := NULL;
             END;
+            read := CASE WHEN found_columns IS NOT NULL THEN read || found_columns END;
             EXIT WHEN read IS NULL;
         END LOOP;
         PERFORM pg_catalog.set_config('search_path', path, true);

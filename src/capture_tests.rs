@@ -1422,11 +1422,10 @@ fn a_key_of_another_type_after_alter_table_is_recorded_as_written() {
     run("INSERT INTO by_day VALUES ('2026-01-01', 'a')");
     run("ALTER TABLE by_day ALTER COLUMN k TYPE timestamptz");
     run("INSERT INTO by_day VALUES ('2026-01-02 03:04:05+00', 'b')");
-    // (The first insert's change set was derived at the ALTER TABLE, as it was watched then.)
     assert_eq!(
         text("SELECT string_agg(c.keys::text, ', ' ORDER BY c.id) FROM indexnow_changes c")
             .as_deref(),
-        Some("[[\"2026-01-02T03:04:05+00:00\"]]")
+        Some("[[\"2026-01-01\"]], [[\"2026-01-02T03:04:05+00:00\"]]")
     );
     assert_eq!(
         pending(),
@@ -1595,9 +1594,9 @@ fn an_ignored_column_the_expressions_read_still_moves_and_hides() {
 }
 
 /// After an `ALTER TABLE` the watch is made again for the table as it is: a column added counts
-/// as content (a change to it is announced), its default alone announces nothing (a change of
-/// definition is not a change of content), and a column the watch does not name can be renamed
-/// or dropped without breaking it.
+/// as content (a change to it is announced; added with a default, every page changed), a column
+/// the watch does not name can be renamed or dropped, and the table renamed or moved, without
+/// breaking it — its related tables' queries included.
 #[pg_test]
 fn a_watch_follows_alter_table() {
     run("CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, body text, extra text)");
@@ -1605,17 +1604,28 @@ fn a_watch_follows_alter_table() {
     run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}')");
     pushed();
     run("ALTER TABLE pages ADD COLUMN summary text");
-    run("ALTER TABLE pages ADD COLUMN lang text NOT NULL DEFAULT 'th'");
     assert_eq!(pending(), "");
     run("UPDATE pages SET summary = 's' WHERE id = 1");
     assert_eq!(pending(), "https://www.example.com/a changed");
     pushed();
+    // A column added with a default is new content for every page (documented).
+    run("ALTER TABLE pages ADD COLUMN lang text NOT NULL DEFAULT 'th'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a changed\nhttps://www.example.com/b changed"
+    );
+    pushed();
     run("UPDATE pages SET lang = 'en' WHERE id = 2");
     assert_eq!(pending(), "https://www.example.com/b changed");
     pushed();
+    // (A column renamed or dropped changes what the fingerprint is made of: every page changed.)
     run("ALTER TABLE pages RENAME COLUMN body TO content");
     run("ALTER TABLE pages DROP COLUMN extra");
-    assert_eq!(pending(), "");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a changed\nhttps://www.example.com/b changed"
+    );
+    pushed();
     run("UPDATE pages SET content = 'z' WHERE id = 1");
     assert_eq!(pending(), "https://www.example.com/a changed");
     pushed();
@@ -1634,4 +1644,52 @@ fn a_watch_follows_alter_table() {
     run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{path}')");
     run("UPDATE pages SET content = 'w' WHERE id = 2");
     assert_eq!(pending(), "https://www.example.com/b changed");
+}
+
+/// A watched table renamed: its related table's writes still find the dependent pages (their
+/// query, which names the watched table, is planned again).
+#[pg_test]
+fn a_renamed_table_keeps_its_related_tables_followed() {
+    run("CREATE TABLE sections (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE docs (id int PRIMARY KEY, slug text NOT NULL, \
+           section int NOT NULL REFERENCES sections)",
+    );
+    run(
+        "SELECT indexnow_watch('docs', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.slug FROM sections s WHERE s.id = section) || '/' || slug$$, \
+           related => '{sections}')",
+    );
+    run("INSERT INTO sections VALUES (1, 'news')");
+    run("INSERT INTO docs VALUES (1, 'one', 1)");
+    pushed();
+    run("ALTER TABLE docs RENAME TO articles");
+    run("UPDATE sections SET slug = 'sport'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/news/one moved\nhttps://www.example.com/sport/one created"
+    );
+}
+
+/// An expression that reads the whole row (a function of `r`) reads columns no dependency
+/// record names: then no ignored column is skipped by the UPDATE gate.
+#[pg_test]
+fn an_expression_over_the_whole_row_keeps_every_column_compared() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text, noindex boolean DEFAULT false)");
+    run(
+        "CREATE FUNCTION page_is_public(p pages) RETURNS boolean LANGUAGE sql \
+           AS $$ SELECT NOT p.noindex $$",
+    );
+    run("INSERT INTO pages (id, slug) VALUES (1, 'a')");
+    run(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', \
+           visible => 'page_is_public(r)', ignore => '{noindex}')",
+    );
+    assert_eq!(
+        text("SELECT coalesce(expression_columns::text, 'unknown') FROM indexnow_watches")
+            .as_deref(),
+        Some("unknown")
+    );
+    run("UPDATE pages SET noindex = true");
+    assert_eq!(pending(), "https://www.example.com/a unpublished");
 }

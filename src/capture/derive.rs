@@ -531,7 +531,23 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
     let settings = [("lock_timeout", READER_WAITS_AT_MOST.to_string())];
     let mut n = 0;
     loop {
-        match derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings) {
+        // The bound holds for taking the change set too (another transaction deriving it, left
+        // open): that wait ends this reader's deriving the same way.
+        let taken = subtransaction::run(|| {
+            with_settings(&settings, || {
+                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings)
+            })
+        })
+        .unwrap_or_else(|failure| {
+            if !failure.transient {
+                error!(
+                    "indexnow: deriving the recorded changes: {}",
+                    failure.message
+                );
+            }
+            Err(("a watched table".into(), failure.message))
+        });
+        match taken {
             Ok(0) => return n,
             Ok(derived) => n += derived as i64,
             Err((table, message)) => {

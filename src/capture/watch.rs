@@ -371,13 +371,17 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     // the derivation compares whatever the fingerprint says: the gate compares it all the same
     // (`derive::watches_of`). Not knowing what they read (no right to make a temporary view),
     // the gate compares every column.
-    let read_by_expressions: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
-        .into_iter()
-        .flatten()
-        .try_fold(vec![], |mut all, expr| {
-            all.extend(expression_columns(ext, &table, expr)?);
-            Some(all)
-        });
+    let read_by_expressions: Option<Vec<String>> = [
+        given.visible,
+        given.url_sql,
+        publish.as_ref().map(|p| p.sql.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .try_fold(vec![], |mut all, expr| {
+        all.extend(expression_columns(ext, &table, expr)?);
+        Some(all)
+    });
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
     let search_path = spi(
@@ -596,6 +600,25 @@ fn install_triggers(
     watch_id: i32,
     related: Option<Vec<String>>,
 ) {
+    for r in store_relations(ext, caller, oid, table, watch_id, related) {
+        triggers::install(ext, &triggers::table_qualified(r));
+    }
+    triggers::install(ext, &table.qualified);
+    for d in super::partitions::descendants(oid) {
+        triggers::install(ext, &triggers::table_qualified(d));
+    }
+}
+
+/// Stores the watch's related tables, each with the query from its rows to the watch's (checking
+/// the caller may put triggers on them). Returns their OIDs.
+fn store_relations(
+    ext: &str,
+    caller: pg_sys::Oid,
+    oid: pg_sys::Oid,
+    table: &Table,
+    watch_id: i32,
+    related: Option<Vec<String>>,
+) -> Vec<pg_sys::Oid> {
     let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
     let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
         .unwrap_or_else(|e| watch_error(e));
@@ -624,12 +647,8 @@ fn install_triggers(
                 ],
             ),
         );
-        triggers::install(ext, &triggers::table_qualified(r.table));
     }
-    triggers::install(ext, &table.qualified);
-    for d in super::partitions::descendants(oid) {
-        triggers::install(ext, &triggers::table_qualified(d));
-    }
+    relations.iter().map(|r| r.table).collect()
 }
 
 /// A new watch's baseline: the rows public now recorded as known to search engines (not
@@ -842,19 +861,28 @@ fn indexnow_capture_target(
 
 /// Makes the statements of the active watches of `table` again from their arguments and the
 /// table as it is after an `ALTER TABLE` (`super::partitions`' event trigger): a column added
-/// counts as content, and a column dropped or renamed that a watch does not name no longer
-/// breaks it. Each is checked as `indexnow_watch()` checked it, as the role that made it, with
-/// its `search_path` and `TimeZone`. What the table's change of definition alone changes in the
-/// fingerprints (a column added with a default) is taken as known: a change of definition is not
-/// a change of content, and announcing every page for it would be the very noise indexnow exists
-/// to spare. A change of URL, visibility or publication time it makes is derived as a write's.
-/// A watch that cannot be made again (a column it names is gone) is left as it was, with a
-/// WARNING that says how to mend it.
+/// counts as content, and a column dropped or renamed that a watch does not name, or the table
+/// renamed or moved to another schema, no longer breaks it. Each is checked as `indexnow_watch()`
+/// checked it, as the role that made it, with its `search_path` and `TimeZone`, and its related
+/// tables are planned again. Nothing is derived here (the table is locked for the ALTER): the
+/// whole-table change set the same event records is derived by the workers after the commit,
+/// with the new statements, and queues what the new definition changes (a URL, a visibility; a
+/// column added with a default, or dropped, changes every row's fingerprint: every page is then
+/// announced as changed). A watch that cannot be made again (a column it names is gone) is left
+/// as it was, with a WARNING that says how to mend it; the ALTER goes on.
 ///
 /// Not before `ALTER EXTENSION indexnow UPDATE`: the statements would call this release's
 /// functions, which a database on the SQL of an earlier release does not have.
 pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
-    if crate::extension::version_mismatch().is_some() {
+    // A table without its capture triggers is not being watched yet: a restore (pg_restore
+    // alters the table before it makes its triggers), or triggers dropped by hand.
+    let has_triggers = crate::plan_cache::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger \
+                         WHERE tgrelid = $1 AND tgname = 'indexnow_capture_insert')",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"));
+    if crate::extension::version_mismatch().is_some() || has_triggers != Some(true) {
         return;
     }
     let watches: Vec<(i32, String)> = Spi::connect(|client| {
@@ -874,8 +902,6 @@ pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
     if watches.is_empty() {
         return;
     }
-    // What was written before the change is derived as it was watched then.
-    derive::derive_all_change_sets(ext);
     for (id, pattern) in watches {
         if let Err(message) = crate::subtransaction::run(|| make_again(ext, id, table)) {
             ErrorReport::new(
@@ -944,11 +970,20 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
         error!("the role that made it does not exist");
     };
     let columns = describe(table).columns;
-    // An ignored column dropped since is no longer there to ignore.
-    let ignore: Vec<String> = ignore
+    // An ignored column dropped or renamed since is no longer there to ignore (under a new name
+    // it is content: said, since the watch's maker may want it ignored again).
+    let (ignore, gone): (Vec<String>, Vec<String>) = ignore
         .into_iter()
-        .filter(|c| columns.iter().any(|(name, _)| name == c))
-        .collect();
+        .partition(|c| columns.iter().any(|(name, _)| name == c));
+    if let Some(c) = gone.iter().find(|c| !DEFAULT_IGNORE.contains(&c.as_str())) {
+        warning!(
+            "indexnow: the watch of {} for {} ignored column \"{c}\", which the table no longer \
+             has: a column renamed from it counts as content; make the watch again with \
+             indexnow_watch(..., ignore => ...) to ignore it",
+            describe(table).label,
+            url.as_deref().or(url_sql.as_deref()).unwrap_or_default()
+        );
+    }
     let given = Given {
         url: url.as_deref(),
         url_sql: url_sql.as_deref(),
@@ -986,21 +1021,24 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
             &[id.into(), checked.read_by_expressions.into()],
         ),
     );
-    // The fingerprints as the table's new definition gives them (under the settings every
-    // derivation runs with), taken as known.
-    let pinned = derive::pinned_settings(&crate::extension::own_search_path(ext));
-    derive::with_settings(&pinned, || {
-        spi(
-            "taking the new fingerprints as known",
-            Spi::run_with_args(
+    // The related tables' queries name the table and its key: planned again.
+    let related: Vec<String> = Spi::connect(|client| {
+        client
+            .select(
                 &format!(
-                    "UPDATE {ext}.indexnow_sources s SET fingerprint = w.fp \
-                   FROM {ext}._indexnow_watch_rows($1, NULL) w \
-                  WHERE s.watch_id = $1 AND s.row_key = w.row_key::pg_catalog.jsonb \
-                    AND w.present AND s.fingerprint IS DISTINCT FROM w.fp"
+                    "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+                       FROM {ext}.indexnow_relations r \
+                       JOIN pg_catalog.pg_class c ON c.oid = r.tbl \
+                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                      WHERE r.watch_id = $1 ORDER BY r.tbl"
                 ),
+                None,
                 &[id.into()],
-            ),
-        )
-    });
+            )?
+            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the related tables of watch {id}: {e}"));
+    // (Their triggers are there since the watch was made.)
+    store_relations(ext, maker, table, &checked.table, id, Some(related));
 }

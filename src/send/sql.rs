@@ -150,7 +150,9 @@ pub enum Settle {
     /// The request was made, and may have reached search engines (a timeout, a worker told to
     /// stop mid-request): `tried_at` says so, as a worker's claim does before it sends, so that
     /// a removal of these URLs is not taken for one of a URL they never heard of
-    /// (`indexnow_push_now()` claims by reading, and notes it only here).
+    /// (`indexnow_push_now()` claims by reading, and notes it here). Set for a 429 or 5xx
+    /// answer too, and to the time of the answer, not of the sending: both err towards sending a
+    /// removal, never towards losing one.
     Release,
 }
 
