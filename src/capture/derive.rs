@@ -518,6 +518,24 @@ fn derive_taken(
     Ok(taken.ids.len())
 }
 
+/// How long a worker's derivation waits for a queue row or source another transaction holds
+/// before it leaves the change set for its next pass and goes on to send what is due: a
+/// transaction left open, or prepared and never committed, must not stop a database's sending.
+/// (Longer than a reader's: a worker is in no one's way, and a reconcile holds rows for longer.)
+const WORKER_WAITS_AT_MOST: &str = "5s";
+
+/// Derives the oldest change set no other sender holds, as a worker does, one a transaction:
+/// how many it derived, or the table whose change set waited too long for another
+/// transaction's lock, and why (the change set stays, for the next pass).
+pub fn derive_one_change_set_for_worker(ext: &str) -> Result<usize, (String, String)> {
+    derive_taken(
+        ext,
+        Waiting::Skip,
+        MERGED_AT_MOST,
+        &[("lock_timeout", WORKER_WAITS_AT_MOST.to_string())],
+    )
+}
+
 /// How long a reader (`indexnow_status()`, `indexnow_push_now()`) waits for a queue row or
 /// source that another transaction holds before it leaves the change sets to the workers: a
 /// transaction left open, or prepared and never committed, must not hang monitoring.

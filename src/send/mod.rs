@@ -34,7 +34,6 @@ mod in_flight;
 mod push_now;
 pub(crate) mod sql;
 
-use crate::capture::change_sets;
 use crate::capture::derive::{self, Rows};
 use crate::guc;
 use crate::plan_cache;
@@ -230,15 +229,21 @@ pub fn derive_change_sets(session: Session) {
             derive::derive_change_sets_for_reader(&ext());
         }
         Session::Worker { .. } => {
-            while !session.told_to_stop()
-                && session.step(|| {
-                    derive::derive_one_change_set(
-                        &ext(),
-                        change_sets::Waiting::Skip,
-                        change_sets::MERGED_AT_MOST,
-                    ) > 0
-                })
-            {}
+            while !session.told_to_stop() {
+                match session.step(|| derive::derive_one_change_set_for_worker(&ext())) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    // Held by another transaction: sending goes on, the change set waits for
+                    // the next pass (and the ones after it with it: they are taken in order).
+                    Err((table, message)) => {
+                        log!(
+                            "indexnow: the changes recorded for {table} wait for another \
+                             transaction: {message}; sending goes on"
+                        );
+                        break;
+                    }
+                }
+            }
         }
     }
 }

@@ -1493,3 +1493,43 @@ fn a_url_whose_push_was_lost_with_a_killed_worker_still_has_its_removal_sent() {
         })
     });
 }
+
+/// A transaction left prepared that holds a queue row a recorded change needs does not stop the
+/// database's worker: its derivation waits a few seconds, leaves that change for the next pass,
+/// and what is due is sent; once the transaction ends, the change is derived and sent too.
+#[test]
+fn a_prepared_transaction_does_not_stop_the_worker() {
+    let receiver = receiver();
+    receiver.set_default(ok());
+    let cluster = cluster(&receiver, &["max_prepared_transactions = 2"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, body text); \
+         SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}'); \
+         INSERT INTO pages VALUES (1, 'a', ''), (2, 'b', '')"
+    ))
+    .unwrap();
+    wait_until("the pages are sent", SECONDS(30), || {
+        accepted_urls(&receiver.received()).len() == 2
+    });
+    db.batch_execute("BEGIN; UPDATE pages SET body = 'held' WHERE id = 1")
+        .unwrap();
+    db.batch_execute("PREPARE TRANSACTION 'held'").unwrap();
+    // Page 2 takes page 1's URL: its save cannot derive (the prepared transaction holds that
+    // URL's queue row) and is recorded; the worker's derivation of it waits for that row.
+    db.batch_execute("UPDATE pages SET slug = 'a', body = 'q' WHERE id = 2")
+        .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
+    db.batch_execute(&format!("SELECT indexnow_queue('https://{HOST}/other')"))
+        .unwrap();
+    wait_until("sending goes on", SECONDS(30), || {
+        accepted_urls(&receiver.received()).contains_key(&format!("https://{HOST}/other"))
+    });
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
+    db.batch_execute("COMMIT PREPARED 'held'").unwrap();
+    wait_until("the held change is derived and sent", SECONDS(30), || {
+        accepted_urls(&receiver.received()).get(&format!("https://{HOST}/b")) == Some(&2)
+            && count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
+    });
+}
