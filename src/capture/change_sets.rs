@@ -145,17 +145,20 @@ pub struct Taken {
 
 /// Takes the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for it),
 /// together with small ones after it of the same table and watches (`most` change sets in all at
-/// most, [`KEYS_AT_MOST`] keys).
-pub fn take(ext: &str, waiting: Waiting, most: usize) -> Option<Taken> {
+/// most, [`KEYS_AT_MOST`] keys), leaving out the change sets `passed_over` (a worker's, whose
+/// derivation waited too long for another transaction this pass: the ones after them are not
+/// held back by them, and derivation reads the rows as they are now, so order does not matter).
+pub fn take(ext: &str, waiting: Waiting, most: usize, passed_over: &[i64]) -> Option<Taken> {
     let lock = match waiting {
         Waiting::Skip => "FOR UPDATE SKIP LOCKED",
         Waiting::Wait => "FOR UPDATE",
     };
     let take = format!(
-        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes ORDER BY id LIMIT 1 {lock}"
+        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes \
+          WHERE id <> ALL ($1) ORDER BY id LIMIT 1 {lock}"
     );
     let oldest = Spi::connect_mut(|client| {
-        let table = plan_cache::write(client, &take, &[])?;
+        let table = plan_cache::write(client, &take, &[passed_over.to_vec().into()])?;
         if table.is_empty() {
             return Ok(None);
         }
@@ -168,7 +171,12 @@ pub fn take(ext: &str, waiting: Waiting, most: usize) -> Option<Taken> {
         }))
     })
     .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"))?;
-    Some(with_small_ones_after(ext, oldest, most.saturating_sub(1)))
+    Some(with_small_ones_after(
+        ext,
+        oldest,
+        most.saturating_sub(1),
+        passed_over,
+    ))
 }
 
 /// `taken` and the next change sets of the same table and watches that no one else is deriving,
@@ -176,7 +184,12 @@ pub fn take(ext: &str, waiting: Waiting, most: usize) -> Option<Taken> {
 /// (`indexnow.derive_at_write = 0`, or a save that met a worker's lock) leaves one change set of
 /// one key per save, and deriving each alone cost a statement each (about 1 ms: more than the
 /// save); derived together they cost one.
-fn with_small_ones_after(ext: &str, mut taken: Taken, more_at_most: usize) -> Taken {
+fn with_small_ones_after(
+    ext: &str,
+    mut taken: Taken,
+    more_at_most: usize,
+    passed_over: &[i64],
+) -> Taken {
     let Some(Value::Array(all)) = &mut taken.keys else {
         return taken;
     };
@@ -186,6 +199,7 @@ fn with_small_ones_after(ext: &str, mut taken: Taken, more_at_most: usize) -> Ta
     let more = format!(
         "SELECT id, keys FROM {ext}.indexnow_changes \
           WHERE tbl = $1 AND watches IS NOT DISTINCT FROM $2 AND keys IS NOT NULL AND id > $3 \
+            AND id <> ALL ($5) \
           ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED"
     );
     let limit = i64::try_from(more_at_most.min(MERGED_AT_MOST - 1)).expect("a small number");
@@ -198,6 +212,7 @@ fn with_small_ones_after(ext: &str, mut taken: Taken, more_at_most: usize) -> Ta
                 taken.watches.clone().into(),
                 taken.ids[0].into(),
                 limit.into(),
+                passed_over.to_vec().into(),
             ],
         )?;
         for row in rows {

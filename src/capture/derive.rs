@@ -460,7 +460,7 @@ fn warn(watch: &Watch, message: String) {
 /// it), together with small ones after it of the same table and watches (`most` change sets in
 /// all at most), and deletes them. Returns how many it derived: 0 when there was none.
 pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize {
-    derive_taken(ext, waiting, most, &[]).unwrap_or_else(|(table, message)| {
+    derive_taken(ext, waiting, most, &[], &[]).unwrap_or_else(|(table, message, _)| {
         // The change set stays: this transaction ends, and it is derived again.
         error!(
             "indexnow: deriving a change set of {table} failed, it is kept for the next try: \
@@ -469,20 +469,22 @@ pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize 
     })
 }
 
-/// As [`derive_one_change_set`], with `settings` for its derivations; a derivation that fails
-/// for a reason that is gone if it is tried again (a lock wait `lock_timeout` ended) leaves the
-/// change set in place and says which table's it was, and why.
+/// As [`derive_one_change_set`], with `settings` for its derivations, leaving out the change
+/// sets `passed_over`; a derivation that fails for a reason that is gone if it is tried again (a
+/// lock wait `lock_timeout` ended) leaves the change sets in place and says which table's they
+/// were, why, and their ids.
 fn derive_taken(
     ext: &str,
     waiting: Waiting,
     most: usize,
     settings: &[(&'static str, String)],
-) -> Result<usize, (String, String)> {
+    passed_over: &[i64],
+) -> Result<usize, Stuck> {
     // A read first: an idle worker's pass takes no transaction id.
     if most == 0 || !change_sets::waiting(ext) || !may_derive_here() {
         return Ok(0);
     }
-    let Some(taken) = change_sets::take(ext, waiting, most) else {
+    let Some(taken) = change_sets::take(ext, waiting, most, passed_over) else {
         return Ok(0);
     };
     let mut wrote = false;
@@ -504,7 +506,7 @@ fn derive_taken(
                 if wrote {
                     crate::wake::worker_at_commit();
                 }
-                return Err((watch.table, message));
+                return Err((watch.table, message, taken.ids));
             }
         }
     }
@@ -524,15 +526,20 @@ fn derive_taken(
 /// (Longer than a reader's: a worker is in no one's way, and a reconcile holds rows for longer.)
 const WORKER_WAITS_AT_MOST: &str = "5s";
 
-/// Derives the oldest change set no other sender holds, as a worker does, one a transaction:
-/// how many it derived, or the table whose change set waited too long for another
-/// transaction's lock, and why (the change set stays, for the next pass).
-pub fn derive_one_change_set_for_worker(ext: &str) -> Result<usize, (String, String)> {
+/// Change sets whose derivation waited too long for another transaction: their table, why, and
+/// their ids (they stay, for a later try).
+pub type Stuck = (String, String, Vec<i64>);
+
+/// Derives the oldest change set no other sender holds, leaving out those `passed_over` in this
+/// pass, as a worker does, one a transaction: how many it derived, or the change sets that
+/// waited too long for another transaction's lock (they stay, for the next pass).
+pub fn derive_one_change_set_for_worker(ext: &str, passed_over: &[i64]) -> Result<usize, Stuck> {
     derive_taken(
         ext,
         Waiting::Skip,
         MERGED_AT_MOST,
         &[("lock_timeout", WORKER_WAITS_AT_MOST.to_string())],
+        passed_over,
     )
 }
 
@@ -553,7 +560,7 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
         // open): that wait ends this reader's deriving the same way.
         let taken = subtransaction::run(|| {
             with_settings(&settings, || {
-                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings)
+                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings, &[])
             })
         })
         .unwrap_or_else(|failure| {
@@ -563,12 +570,12 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
                     failure.message
                 );
             }
-            Err(("a watched table".into(), failure.message))
+            Err(("a watched table".into(), failure.message, vec![]))
         });
         match taken {
             Ok(0) => return n,
             Ok(derived) => n += derived as i64,
-            Err((table, message)) => {
+            Err((table, message, _)) => {
                 notice!(
                     "indexnow: the changes recorded for {table} are left to the workers: \
                      {message} (another transaction holds what they would write; they are \

@@ -229,18 +229,21 @@ pub fn derive_change_sets(session: Session) {
             derive::derive_change_sets_for_reader(&ext());
         }
         Session::Worker { .. } => {
+            // Change sets held up by another transaction this pass: passed over, the ones after
+            // them derived, and tried again next pass.
+            let mut passed_over = vec![];
             while !session.told_to_stop() {
-                match session.step(|| derive::derive_one_change_set_for_worker(&ext())) {
+                match session
+                    .step(|| derive::derive_one_change_set_for_worker(&ext(), &passed_over))
+                {
                     Ok(0) => break,
                     Ok(_) => {}
-                    // Held by another transaction: sending goes on, the change set waits for
-                    // the next pass (and the ones after it with it: they are taken in order).
-                    Err((table, message)) => {
+                    Err((table, message, ids)) => {
                         log!(
                             "indexnow: the changes recorded for {table} wait for another \
-                             transaction: {message}; sending goes on"
+                             transaction: {message}; the others are derived and sending goes on"
                         );
-                        break;
+                        passed_over.extend(ids);
                     }
                 }
             }

@@ -1496,7 +1496,8 @@ fn a_url_whose_push_was_lost_with_a_killed_worker_still_has_its_removal_sent() {
 
 /// A transaction left prepared that holds a queue row a recorded change needs does not stop the
 /// database's worker: its derivation waits a few seconds, leaves that change for the next pass,
-/// and what is due is sent; once the transaction ends, the change is derived and sent too.
+/// derives the changes recorded after it, and sends what is due; once the transaction ends, the
+/// held change is derived and sent too.
 #[test]
 fn a_prepared_transaction_does_not_stop_the_worker() {
     let receiver = receiver();
@@ -1526,6 +1527,15 @@ fn a_prepared_transaction_does_not_stop_the_worker() {
     wait_until("sending goes on", SECONDS(30), || {
         accepted_urls(&receiver.received()).contains_key(&format!("https://{HOST}/other"))
     });
+    // A bulk insert after it (recorded, a later change set) is derived and sent meanwhile: the
+    // held change set does not hold back the ones after it.
+    db.batch_execute("INSERT INTO pages SELECT g, 'p' || g, '' FROM generate_series(10, 209) g")
+        .unwrap();
+    wait_until(
+        "the later change set is derived and sent",
+        SECONDS(30),
+        || accepted_urls(&receiver.received()).contains_key(&format!("https://{HOST}/p209")),
+    );
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
     db.batch_execute("COMMIT PREPARED 'held'").unwrap();
     wait_until("the held change is derived and sent", SECONDS(30), || {
