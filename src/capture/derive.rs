@@ -556,11 +556,11 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
     let settings = [("lock_timeout", READER_WAITS_AT_MOST.to_string())];
     let mut n = 0;
     loop {
-        // The bound holds for taking the change set too (another transaction deriving it, left
-        // open): that wait ends this reader's deriving the same way.
+        // Set around the whole step, the bound holds for taking the change set too (another
+        // transaction deriving it, left open): that wait ends this reader's deriving the same way.
         let taken = subtransaction::run(|| {
             with_settings(&settings, || {
-                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &settings, &[])
+                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &[], &[])
             })
         })
         .unwrap_or_else(|failure| {

@@ -899,9 +899,6 @@ pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watches of an altered table: {e}"));
-    if watches.is_empty() {
-        return;
-    }
     for (id, pattern) in watches {
         if let Err(message) = crate::subtransaction::run(|| make_again(ext, id, table)) {
             ErrorReport::new(
