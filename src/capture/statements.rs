@@ -62,6 +62,7 @@ pub struct WatchDefinition {
     pub hidden_reason: Reason,
 }
 
+#[derive(Clone)]
 pub enum UrlSource {
     Template(Vec<Part>),
     Sql(String),
@@ -69,6 +70,7 @@ pub enum UrlSource {
 
 /// The publication time (a column, or an expression over the row such as a parent's column) and
 /// how to read it as a point in time.
+#[derive(Clone)]
 pub struct PublishAt {
     /// SQL over the row `r`: `r."published_at"`, or `(expression)`.
     pub sql: String,

@@ -216,18 +216,7 @@ fn indexnow_watch(
         // What the table's writes recorded so far is derived under the watches they were made for.
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given);
-        let definition = WatchDefinition {
-            watch_id,
-            ext: ext.clone(),
-            table: checked.table.qualified.clone(),
-            key: checked.table.key.clone(),
-            public: checked.public.clone(),
-            url: checked.source,
-            visible: visible.map(str::to_string),
-            publish_at: checked.publish,
-            hidden_reason: checked.hidden_reason,
-        };
-        let sql = definition.statements();
+        let sql = definition(&ext, watch_id, &checked, visible).statements();
         store_statements(&ext, watch_id, &sql);
         install_triggers(&ext, caller, oid, &checked.table, watch_id, related);
         let watch = derive::Watch {
@@ -249,6 +238,26 @@ fn indexnow_watch(
             record_baseline(&ext, watch, sql.baseline, sql.baseline_keys, label);
         }
     });
+}
+
+/// What watch `watch_id`'s statements are generated from: its checked arguments.
+fn definition(
+    ext: &str,
+    watch_id: i32,
+    checked: &Checked,
+    visible: Option<&str>,
+) -> WatchDefinition {
+    WatchDefinition {
+        watch_id,
+        ext: ext.to_string(),
+        table: checked.table.qualified.clone(),
+        key: checked.table.key.clone(),
+        public: checked.public.clone(),
+        url: checked.source.clone(),
+        visible: visible.map(str::to_string),
+        publish_at: checked.publish.clone(),
+        hidden_reason: checked.hidden_reason,
+    }
 }
 
 /// `indexnow_watch()`'s arguments as given.
@@ -998,18 +1007,7 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
     if checked.read_by_expressions.is_none() {
         checked.read_by_expressions = stored.9;
     }
-    let definition = WatchDefinition {
-        watch_id: id,
-        ext: ext.to_string(),
-        table: checked.table.qualified.clone(),
-        key: checked.table.key.clone(),
-        public: checked.public.clone(),
-        url: checked.source,
-        visible: given.visible.map(str::to_string),
-        publish_at: checked.publish,
-        hidden_reason: checked.hidden_reason,
-    };
-    let sql = definition.statements();
+    let sql = definition(ext, id, &checked, given.visible).statements();
     store_statements(ext, id, &sql);
     spi(
         "storing the watch",
