@@ -61,23 +61,30 @@ END
 $$;
 
 -- Partitions and inheritance children that join or leave a watched table's tree after it was
--- watched (src/capture/partitions.rs). Never fails the DDL it follows: a problem is a WARNING.
+-- watched (src/capture/partitions.rs), a watched table altered, and a schema renamed under a
+-- watched or related table (src/capture/watch.rs). Never fails the DDL it follows: a problem is a
+-- WARNING.
 CREATE FUNCTION _indexnow_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
 AS $$
 DECLARE
     c record;
 BEGIN
-    FOR c IN SELECT DISTINCT objid, command_tag FROM pg_catalog.pg_event_trigger_ddl_commands()
-              WHERE object_type IN ('table', 'table column') LOOP
+    FOR c IN SELECT DISTINCT objid, object_type, command_tag, object_identity
+               FROM pg_catalog.pg_event_trigger_ddl_commands()
+              WHERE object_type IN ('table', 'table column', 'schema') LOOP
         BEGIN
-            PERFORM @extschema@._indexnow_table_changed(c.objid, c.command_tag);
+            IF c.object_type = 'schema' THEN
+                PERFORM @extschema@._indexnow_schema_renamed(c.objid);
+            ELSE
+                PERFORM @extschema@._indexnow_table_changed(c.objid, c.command_tag);
+            END IF;
         EXCEPTION WHEN OTHERS THEN
-            RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.objid::regclass, SQLERRM;
+            RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.object_identity, SQLERRM;
         END;
     END LOOP;
 END
 $$;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
-    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA')
     EXECUTE FUNCTION _indexnow_on_ddl();

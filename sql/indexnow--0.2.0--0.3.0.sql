@@ -47,6 +47,19 @@ ALTER FUNCTION @extschema@.indexnow_watching_privilege(regrole, boolean)
     RENAME TO _indexnow_watching_privilege;
 ALTER FUNCTION @extschema@.indexnow_on_ddl() RENAME TO _indexnow_on_ddl;
 
+-- A schema renamed under a watched or related table makes its watches again, as an ALTER TABLE
+-- does (src/capture/watch.rs): their statements name the schema.
+CREATE FUNCTION @extschema@."_indexnow_schema_renamed"(
+	"schema" oid
+) RETURNS void
+	STRICT VOLATILE PARALLEL UNSAFE
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'indexnow_schema_renamed_wrapper';
+DROP EVENT TRIGGER indexnow_partitions;
+CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA')
+    EXECUTE FUNCTION @extschema@._indexnow_on_ddl();
+
 -- The bodies that call them by name (as sql/capture.sql and sql/security.sql have them).
 CREATE OR REPLACE FUNCTION @extschema@._indexnow_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
@@ -54,12 +67,17 @@ AS $$
 DECLARE
     c record;
 BEGIN
-    FOR c IN SELECT DISTINCT objid, command_tag FROM pg_catalog.pg_event_trigger_ddl_commands()
-              WHERE object_type IN ('table', 'table column') LOOP
+    FOR c IN SELECT DISTINCT objid, object_type, command_tag, object_identity
+               FROM pg_catalog.pg_event_trigger_ddl_commands()
+              WHERE object_type IN ('table', 'table column', 'schema') LOOP
         BEGIN
-            PERFORM @extschema@._indexnow_table_changed(c.objid, c.command_tag);
+            IF c.object_type = 'schema' THEN
+                PERFORM @extschema@._indexnow_schema_renamed(c.objid);
+            ELSE
+                PERFORM @extschema@._indexnow_table_changed(c.objid, c.command_tag);
+            END IF;
         EXCEPTION WHEN OTHERS THEN
-            RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.objid::regclass, SQLERRM;
+            RAISE WARNING 'indexnow: could not follow % of %: %', c.command_tag, c.object_identity, SQLERRM;
         END;
     END LOOP;
 END

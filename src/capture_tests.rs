@@ -1693,3 +1693,50 @@ fn an_expression_over_the_whole_row_keeps_every_column_compared() {
     run("UPDATE pages SET noindex = true");
     assert_eq!(pending(), "https://www.example.com/a unpublished");
 }
+
+/// A schema renamed under a watched table (or under a table a watch reads): the watch follows,
+/// as it follows the table's own rename.
+#[pg_test]
+fn a_watch_follows_its_schema_renamed() {
+    run("CREATE SCHEMA blog");
+    run("CREATE SCHEMA lookup");
+    run("CREATE TABLE lookup.groups (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE lookup.sections (id int PRIMARY KEY, slug text NOT NULL, \
+           grp int NOT NULL REFERENCES lookup.groups)",
+    );
+    run(
+        "CREATE TABLE blog.posts (id int PRIMARY KEY, slug text NOT NULL, body text, \
+           section int NOT NULL REFERENCES lookup.sections)",
+    );
+    // A function with an SQL-standard body names its tables by oid: it survives the rename.
+    run(
+        "CREATE FUNCTION section_path(section int) RETURNS text LANGUAGE sql STABLE \
+           BEGIN ATOMIC SELECT g.slug || '/' || s.slug FROM lookup.sections s \
+             JOIN lookup.groups g ON g.id = s.grp WHERE s.id = section; END",
+    );
+    run("INSERT INTO lookup.groups VALUES (1, 'world')");
+    run("INSERT INTO lookup.sections VALUES (1, 'news', 1)");
+    run("INSERT INTO blog.posts VALUES (1, 'one', 'x', 1)");
+    run(
+        "SELECT indexnow_watch('blog.posts', \
+           url_sql => $$'https://www.example.com/' || section_path(section) || '/' || slug$$, \
+           related => '{lookup.sections,lookup.groups}')",
+    );
+    pushed();
+    run("ALTER SCHEMA blog RENAME TO site");
+    run("UPDATE site.posts SET body = 'y'");
+    assert_eq!(pending(), "https://www.example.com/world/news/one changed");
+    pushed();
+    // The path from a written group to its posts joins the sections, by name.
+    run("ALTER SCHEMA lookup RENAME TO shared");
+    run("UPDATE shared.groups SET slug = 'sport'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/sport/news/one created\n\
+         https://www.example.com/world/news/one moved"
+    );
+    pushed();
+    run("DELETE FROM site.posts");
+    assert_eq!(pending(), "https://www.example.com/sport/news/one deleted");
+}

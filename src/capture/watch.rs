@@ -868,6 +868,38 @@ fn indexnow_capture_target(
     TableIterator::new(vec![row])
 }
 
+/// For the event trigger (sql/capture.sql): schema `schema` was renamed. The statements of every
+/// watch whose table, or one of whose related tables, is in it name the old schema: each such
+/// watch is made again as after an `ALTER TABLE` ([`follow_alter_table`]). No row changed, so
+/// nothing is recorded.
+#[pg_extern(name = "_indexnow_schema_renamed", volatile, parallel_unsafe)]
+fn indexnow_schema_renamed(schema: pg_sys::Oid) {
+    let ext = crate::extension::schema();
+    let tables: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT DISTINCT w.tbl::pg_catalog.oid FROM {ext}.indexnow_watches w \
+                      WHERE w.active AND ( \
+                        EXISTS (SELECT FROM pg_catalog.pg_class c \
+                                 WHERE c.oid = w.tbl AND c.relnamespace = $1) \
+                        OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                     JOIN pg_catalog.pg_class c ON c.oid = r.tbl \
+                                    WHERE r.watch_id = w.id AND c.relnamespace = $1)) \
+                      ORDER BY 1"
+                ),
+                None,
+                &[schema.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the watches of a renamed schema: {e}"));
+    for table in tables {
+        follow_alter_table(&ext, table);
+    }
+}
+
 /// Makes the statements of the active watches of `table` again from their arguments and the
 /// table as it is after an `ALTER TABLE` (`super::partitions`' event trigger): a column added
 /// counts as content, and a column dropped or renamed that a watch does not name, or the table
