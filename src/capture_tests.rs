@@ -1740,3 +1740,78 @@ fn a_watch_follows_its_schema_renamed() {
     run("DELETE FROM site.posts");
     assert_eq!(pending(), "https://www.example.com/sport/news/one deleted");
 }
+
+/// groups <- sections <- posts, the posts' URL built from both through a function that names
+/// its tables by oid; watched with both as related tables, announced.
+fn sections_site() {
+    run("CREATE TABLE groups (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE sections (id int PRIMARY KEY, slug text NOT NULL, \
+           grp int NOT NULL REFERENCES groups)",
+    );
+    run(
+        "CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, \
+           section int NOT NULL REFERENCES sections)",
+    );
+    run(
+        "CREATE FUNCTION section_path(section int) RETURNS text LANGUAGE sql STABLE \
+           BEGIN ATOMIC SELECT g.slug || '/' || s.slug FROM sections s \
+             JOIN groups g ON g.id = s.grp WHERE s.id = section; END",
+    );
+    run("INSERT INTO groups VALUES (1, 'world')");
+    run("INSERT INTO sections VALUES (1, 'news', 1)");
+    run("INSERT INTO posts VALUES (1, 'one', 1)");
+    run(
+        "SELECT indexnow_watch('posts', \
+           url_sql => $$'https://www.example.com/' || section_path(section) || '/' || slug$$, \
+           related => '{sections,groups}')",
+    );
+    pushed();
+}
+
+/// A related table renamed: the path from a written group to its posts joins the sections by
+/// name, and follows the rename as the watched table's own rename is followed.
+#[pg_test]
+fn a_watch_follows_a_related_table_renamed() {
+    sections_site();
+    run("ALTER TABLE sections RENAME TO topics");
+    assert_eq!(pending(), "");
+    run("UPDATE groups SET slug = 'sport'");
+    // Found through the renamed table, and derived in the write: nothing left for later.
+    assert_eq!(text("SELECT count(*)::text FROM indexnow_changes"), Some("0".into()));
+    assert_eq!(
+        pending(),
+        "https://www.example.com/sport/news/one created\n\
+         https://www.example.com/world/news/one moved"
+    );
+    pushed();
+    // An ALTER that rewrites a related table's values fires no trigger: the watch derives again.
+    // (A body kept as text, which does not pin the column's type.)
+    run(
+        "CREATE OR REPLACE FUNCTION section_path(section int) RETURNS text LANGUAGE sql STABLE \
+           AS $$SELECT g.slug || '/' || s.slug FROM topics s \
+                 JOIN groups g ON g.id = s.grp WHERE s.id = section$$",
+    );
+    run("ALTER TABLE groups ALTER COLUMN slug TYPE varchar USING upper(slug)");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/SPORT/news/one created\n\
+         https://www.example.com/sport/news/one moved"
+    );
+}
+
+/// A related table's write whose watched rows cannot be found (here a table of the path renamed
+/// where the event trigger does not fire) succeeds, and the watch derives every row instead.
+#[pg_test]
+fn a_related_write_whose_path_is_broken_succeeds_and_loses_nothing() {
+    sections_site();
+    run("SET session_replication_role = replica");
+    run("ALTER TABLE sections RENAME TO topics");
+    run("RESET session_replication_role");
+    run("UPDATE groups SET slug = 'sport'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/sport/news/one created\n\
+         https://www.example.com/world/news/one moved"
+    );
+}

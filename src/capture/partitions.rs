@@ -57,7 +57,8 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
 /// left one, and after an `ALTER TABLE` makes each such watched table's watches again for its new
 /// definition (`super::watch::follow_alter_table`) and records a whole-table change set for it
-/// (one per transaction, `super::change_sets::record_whole_table`).
+/// (one per transaction, `super::change_sets::record_whole_table`); so too for the watches that
+/// read the altered table as a related table.
 #[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
@@ -91,6 +92,9 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             crate::wake::worker_at_commit();
         }
     }
+    if tag == "ALTER TABLE" {
+        follow_related_table_altered(&ext, table);
+    }
     // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.
     let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
@@ -106,6 +110,35 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
     for t in with_triggers {
         drop_triggers_if_unused(&ext, t);
+    }
+}
+
+/// After an `ALTER TABLE` of `table`, the watches that read it as a related table: made again
+/// (their dependents queries name the tables of the path: a rename must not break them), and a
+/// whole-table change set recorded for each (an ALTER can rewrite the values their URLs read,
+/// `ALTER COLUMN ... TYPE ... USING`, without firing a trigger).
+fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
+    let readers: Vec<(pg_sys::Oid, Vec<i32>)> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT w.tbl::pg_catalog.oid, pg_catalog.array_agg(w.id ORDER BY w.id) \
+                       FROM {ext}.indexnow_watches w \
+                      WHERE w.active AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                                  WHERE r.watch_id = w.id AND r.tbl = $1::pg_catalog.oid::pg_catalog.regclass) \
+                      GROUP BY 1 ORDER BY 1"
+                ),
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok((r.get::<pg_sys::Oid>(1)?.unwrap(), r.get(2)?.unwrap_or_default())))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the watches that read an altered table: {e}"));
+    for (watched, ids) in readers {
+        super::watch::follow_alter_table(ext, watched);
+        super::change_sets::record_whole_table(ext, watched, Some(ids));
+        crate::wake::worker_at_commit();
     }
 }
 

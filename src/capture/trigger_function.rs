@@ -27,6 +27,7 @@ use super::derive::{self, Watch};
 use super::{cache, related, transition};
 use crate::{plan_cache, wake};
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
@@ -285,26 +286,35 @@ fn capture_dependents(
         _ => &["indexnow_new", "indexnow_old"],
     };
     let changed = related::changed_rows(sources);
-    let found: Vec<Option<JsonB>> = with_transition_tables(data, |client| {
-        let mut found = vec![];
-        for r in relations {
-            let sql = format!(
-                "{plan_tag}SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
-                r.dependents.replace(related::CHANGED, &changed)
-            );
-            let table = if rows <= KEEP_PLAN_ROWS {
-                plan_cache::write(client, &sql, &[])?
-            } else {
-                client.update(sql.as_str(), None, &[])?
-            };
-            found.push(table.first().get_one::<JsonB>()?);
-        }
-        Ok(found)
-    });
-    for (relation, keys) in relations.iter().zip(found) {
-        let Some(JsonB(keys)) = keys else { continue };
-        let n = keys.as_array().map_or(0, Vec::len) as i64;
+    for relation in relations {
         let watch = &relation.watch;
+        let sql = format!(
+            "{plan_tag}SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
+            relation.dependents.replace(related::CHANGED, &changed)
+        );
+        // The query joins the tables between the written one and the watched one by name: one
+        // renamed behind the event trigger's back (or a watch that could not follow an ALTER)
+        // makes it fail. The write goes on, and the watch derives every row instead.
+        let found = crate::subtransaction::run(|| {
+            with_transition_tables(data, |client| {
+                let table = if rows <= KEEP_PLAN_ROWS {
+                    plan_cache::write(client, &sql, &[])?
+                } else {
+                    client.update(sql.as_str(), None, &[])?
+                };
+                table.first().get_one::<JsonB>()
+            })
+        });
+        let keys = match found {
+            Ok(Some(JsonB(keys))) => keys,
+            Ok(None) => continue,
+            Err(failure) => {
+                dependents_failed(data, watch, &failure);
+                change_sets::record_whole_table(ext, watch.oid, Some(vec![watch.id]));
+                continue;
+            }
+        };
+        let n = keys.as_array().map_or(0, Vec::len) as i64;
         if read_committed && n <= derive_at_write() {
             if derive::derive_at_write(watch, keys.clone(), false).is_err() {
                 // a deadlock or the like: derived later
@@ -314,6 +324,37 @@ fn capture_dependents(
             change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys);
         }
     }
+}
+
+/// The one WARNING of a related table's write whose watched rows could not be found.
+fn dependents_failed(
+    data: &pg_sys::TriggerData,
+    watch: &Watch,
+    failure: &crate::subtransaction::Failure,
+) {
+    // SAFETY: the written relation belongs to this trigger call.
+    let written = unsafe { (*data.tg_relation).rd_id };
+    let label = crate::plan_cache::get_one::<String>(
+        "SELECT $1::pg_catalog.oid::pg_catalog.regclass::pg_catalog.text",
+        &[written.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| written.to_u32().to_string());
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "indexnow: the watch of {} for {} could not find the rows that read {label}: {}; \
+             every row of the watch is derived again",
+            watch.table, watch.pattern, failure.message
+        ),
+        "indexnow",
+    )
+    .set_hint(
+        "The write succeeded. Make the watch again with indexnow_watch() for the tables as they \
+         are now; until then each write to a related table derives the whole watched table.",
+    )
+    .report(PgLogLevel::WARNING);
 }
 
 /// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
