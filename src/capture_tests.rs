@@ -1815,3 +1815,105 @@ fn a_related_write_whose_path_is_broken_succeeds_and_loses_nothing() {
          https://www.example.com/world/news/one moved"
     );
 }
+
+/// A tree of pages (a page's URL is its ancestors' slugs and its own; it is public when it and
+/// every ancestor are published), watched with the table itself as related: a change to a page
+/// re-derives every page below it.
+fn page_tree() {
+    run(
+        "CREATE TABLE tree (id int PRIMARY KEY, parent int REFERENCES tree ON DELETE CASCADE, \
+           slug text NOT NULL, published boolean NOT NULL DEFAULT true, views int DEFAULT 0)",
+    );
+    run(
+        "CREATE FUNCTION tree_path(page int) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, slug, depth) AS ( \
+             SELECT id, parent, slug, 0 FROM tree WHERE id = page \
+             UNION ALL SELECT t.id, t.parent, t.slug, up.depth + 1 FROM tree t JOIN up ON t.id = up.parent) \
+           SELECT string_agg(slug, '/' ORDER BY depth DESC) FROM up; END",
+    );
+    run(
+        "CREATE FUNCTION tree_public(page int) RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, published) AS ( \
+             SELECT id, parent, published FROM tree WHERE id = page \
+             UNION ALL SELECT t.id, t.parent, t.published FROM tree t JOIN up ON t.id = up.parent) \
+           SELECT bool_and(published) FROM up; END",
+    );
+    run(
+        "INSERT INTO tree (id, parent, slug) VALUES (1, NULL, 'docs'), (2, 1, 'guide'), \
+           (3, 2, 'install'), (4, 2, 'usage'), (5, 1, 'faq')",
+    );
+    run(
+        "SELECT indexnow_watch('tree', url_sql => $$'https://www.example.com/' || tree_path(id)$$, \
+           visible => 'tree_public(id)', ignore => '{views}', related => '{tree}')",
+    );
+    pushed();
+}
+
+#[pg_test]
+fn a_page_tree_moves_and_hides_the_pages_below_a_changed_page() {
+    page_tree();
+    run("UPDATE tree SET slug = 'manual' WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs/guide moved\n\
+         https://www.example.com/docs/guide/install moved\n\
+         https://www.example.com/docs/guide/usage moved\n\
+         https://www.example.com/docs/manual created\n\
+         https://www.example.com/docs/manual/install created\n\
+         https://www.example.com/docs/manual/usage created"
+    );
+    pushed();
+    // A subtree moved under another page.
+    run("UPDATE tree SET parent = 5 WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs/faq/manual created\n\
+         https://www.example.com/docs/faq/manual/install created\n\
+         https://www.example.com/docs/faq/manual/usage created\n\
+         https://www.example.com/docs/manual moved\n\
+         https://www.example.com/docs/manual/install moved\n\
+         https://www.example.com/docs/manual/usage moved"
+    );
+    pushed();
+    // Unpublished: the page and every page below it.
+    run("UPDATE tree SET published = false WHERE id = 5");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs/faq unpublished\n\
+         https://www.example.com/docs/faq/manual unpublished\n\
+         https://www.example.com/docs/faq/manual/install unpublished\n\
+         https://www.example.com/docs/faq/manual/usage unpublished"
+    );
+    pushed();
+    run("UPDATE tree SET published = true WHERE id = 5");
+    pushed();
+    // Deleted with its subtree (the cascade), and nothing else.
+    run("DELETE FROM tree WHERE id = 2");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs/faq/manual deleted\n\
+         https://www.example.com/docs/faq/manual/install deleted\n\
+         https://www.example.com/docs/faq/manual/usage deleted"
+    );
+}
+
+#[pg_test]
+fn a_page_tree_records_nothing_for_an_ignored_column_of_a_parent() {
+    page_tree();
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("UPDATE tree SET views = views + 1 WHERE id = 1");
+    assert_eq!(text("SELECT count(*)::text FROM indexnow_changes"), Some("0".into()));
+    run("UPDATE tree SET slug = 'doc' WHERE id = 1");
+    assert_eq!(
+        text("SELECT count(*)::text FROM indexnow_changes"),
+        Some("2".into()),
+        "the page's own change set and its descendants'"
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "has no foreign key to itself")]
+fn a_table_related_to_itself_needs_a_foreign_key_to_itself() {
+    run("CREATE TABLE flat (id int PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('flat', url => 'https://www.example.com/{slug}', related => '{flat}')");
+}

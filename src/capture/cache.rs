@@ -123,6 +123,24 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
     table
 }
 
+/// The columns whose change re-derives no related watch's rows: none, unless every relation
+/// reading the written table is a watch's tree of its own rows (`super::related`), whose
+/// ignored columns are ignored for the rows below a written row too.
+fn ignored_by_every_relation(relations: &[Relation], written: pg_sys::Oid) -> Vec<String> {
+    let mut each = relations.iter().map(|r| {
+        if r.watch.oid == written {
+            r.watch.ignore.clone()
+        } else {
+            vec![]
+        }
+    });
+    let first = each.next().unwrap_or_default();
+    each.fold(first, |mut all, ignore| {
+        all.retain(|c| ignore.contains(c));
+        all
+    })
+}
+
 fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) -> Table {
     let ext = crate::extension::schema_of_function(function);
     // SAFETY: a trigger's relation is open for the duration of the call.
@@ -140,7 +158,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let dependents = related::of_table(&ext, written);
     let watches_reading =
         derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());
-    let relations = dependents
+    let relations: Vec<Relation> = dependents
         .into_iter()
         .filter_map(|d| {
             Some(Relation {
@@ -166,8 +184,8 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
     let (primary_key, attributes) =
         unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let mut ignores: Vec<&[String]> = watches.iter().map(|w| w.ignore.as_slice()).collect();
-    ignores.push(&[]);
+    let mut ignores: Vec<Vec<String>> = watches.iter().map(|w| w.ignore.clone()).collect();
+    ignores.push(ignored_by_every_relation(&relations, written));
     let compared = ignores
         .iter()
         .map(|ignore| {

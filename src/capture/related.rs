@@ -9,6 +9,10 @@
 //! the watch is made: each related table must be reachable from the watched table through foreign
 //! keys among the watched and related tables, or the watch is refused.
 //!
+//! The watched table may name itself when it has a foreign key to itself (a tree of pages, each
+//! URL made of its ancestors' slugs): the query then follows that key down, recursively, and a
+//! written row re-derives every row below it.
+//!
 //! A deleted parent row takes its children with it only where the foreign key cascades; then the
 //! children's own triggers see their rows go. Where it does not, the children stay and are derived
 //! again (a `visible` that reads the parent then hides them).
@@ -69,12 +73,6 @@ pub fn plan(
         })
         .map_err(|e| e.to_string())?;
         let found = found.ok_or_else(|| format!("related table \"{name}\" does not exist"))?;
-        if found.0 == watched {
-            return Err(format!(
-                "related names the watched table {} itself",
-                found.2
-            ));
-        }
         tables.push(found);
     }
     let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.0).collect();
@@ -85,6 +83,9 @@ pub fn plan(
     tables
         .iter()
         .map(|(oid, _, label)| {
+            if *oid == watched {
+                return below(&keys, watched, &watched_name, key, label);
+            }
             let path = path(&keys, watched, *oid).ok_or_else(|| {
                 format!(
                     "related table {label} is not reachable from {} through foreign keys among \
@@ -109,6 +110,74 @@ pub fn plan(
             })
         })
         .collect()
+}
+
+/// The watched table as its own related table: a tree (a page and its parent page). A written
+/// row re-derives every row below it, along the table's foreign key to itself, to any depth.
+fn below(
+    keys: &[ForeignKey],
+    watched: pg_sys::Oid,
+    watched_name: &str,
+    key: &[String],
+    label: &str,
+) -> Result<Relation, String> {
+    let fk = keys
+        .iter()
+        .find(|k| k.child == watched && k.parent == watched)
+        .ok_or_else(|| {
+            format!(
+                "related names the watched table {label} itself, which has no foreign key to \
+                 itself (a parent column): only a tree of rows can be its own related table"
+            )
+        })?;
+    if !fk.types.iter().all(|t| super::owner::built_in(*t)) {
+        return Err(format!(
+            "the foreign key of {label} to itself uses a type defined in the database: its \
+             columns must be of built-in types"
+        ));
+    }
+    Ok(Relation {
+        table: watched,
+        label: label.to_string(),
+        dependents: descendants(watched_name, key, fk),
+    })
+}
+
+/// `WITH RECURSIVE d AS (the rows whose parent is a written row, UNION the rows whose parent is
+/// in d) SELECT jsonb_build_array(d.key...) AS k FROM d`: `UNION` ends a cycle.
+fn descendants(watched: &str, key: &[String], fk: &ForeignKey) -> String {
+    let mut carried: Vec<&String> = key.iter().collect();
+    for c in &fk.parent_cols {
+        if !carried.contains(&c) {
+            carried.push(c);
+        }
+    }
+    let list = |alias: &str, cols: &[&String]| {
+        cols.iter()
+            .map(|c| format!("{alias}.{}", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let parent: Vec<&String> = fk.parent_cols.iter().collect();
+    let child: Vec<&String> = fk.child_cols.iter().collect();
+    let on = child
+        .iter()
+        .zip(&parent)
+        .map(|(c, p)| format!("c.{} = d.{}", quote_ident(c), quote_ident(p)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    format!(
+        "SELECT {k} AS k FROM (WITH RECURSIVE d AS ( \
+           SELECT {first} FROM {watched} t0 \
+            WHERE ({child_t0}) IN (SELECT {parent_r} FROM {CHANGED} r) \
+           UNION SELECT {next} FROM {watched} c JOIN d ON {on}) \
+         SELECT * FROM d) d",
+        k = row_key(key, "d"),
+        first = list("t0", &carried),
+        next = list("c", &carried),
+        child_t0 = list("t0", &child),
+        parent_r = list("r", &parent),
+    )
 }
 
 /// The shortest chain of foreign keys from `from` (child) to `to` (parent).
