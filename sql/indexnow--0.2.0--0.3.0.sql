@@ -108,6 +108,18 @@ BEGIN
 END
 $statements$;
 
+-- A watch's keyed row statement takes its keys from a subquery in FROM, not from a CTE named k:
+-- the CTE hid a table named k from the watch's own expressions (src/capture/statements.rs).
+UPDATE @extschema@.indexnow_watches
+   SET rows_keys = pg_catalog.replace(
+         pg_catalog.regexp_replace(rows_keys,
+           '^WITH k AS \((.*?)\) SELECT k\.row_key::text, x\.row_key IS NOT NULL, x\.url, x\.vis, '
+           'x\.pub_at, x\.fp FROM k LEFT JOIN LATERAL \( SELECT k\.row_key, ',
+           'SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, '
+           'x.fp FROM (\1) indexnow_asked LEFT JOIN LATERAL ( SELECT indexnow_asked.row_key, '),
+         '(k.row_key ->> ', '(indexnow_asked.row_key ->> ')
+ WHERE rows_keys LIKE 'WITH k AS (%';
+
 -- A row that starts giving a URL search engines know as live takes that URL's last push as the
 -- time since it gave it (src/capture/statements.rs): before, only a URL whose removal was
 -- pending did, and the removal of a URL another row had given (a new key, a second row, a page

@@ -1,5 +1,19 @@
 -- indexnow: the tables. Functions come from Rust; grants and search_path pins are in security.sql.
 
+-- URLs, keys and the JSON sent are UTF-8, and so is every text the library reads from the
+-- database (a key of a LATIN1 row would fail the user's write): other encodings are refused.
+DO $encoding$
+BEGIN
+    IF pg_catalog.getdatabaseencoding() <> 'UTF8' THEN
+        RAISE EXCEPTION 'indexnow needs a database in the UTF8 encoding; this one is %',
+            pg_catalog.getdatabaseencoding()
+            USING HINT = 'Create the database with ENCODING ''UTF8'' (and a UTF-8 locale, or '
+                         'LOCALE_PROVIDER icu), move the site''s data into it, and create the '
+                         'extension there.';
+    END IF;
+END
+$encoding$;
+
 -- The sites we may speak for: one key per host (the `host` of the IndexNow request, in the normal
 -- form of indexnow-protocol: lower case, punycode, `:port` only when not the default).
 CREATE TABLE indexnow_hosts (

@@ -8,9 +8,10 @@
 //! expression. So the rows a derivation needs are read by `_indexnow_watch_rows()`, which switches
 //! to the watch's maker for the one statement that evaluates them, in a security-restricted
 //! operation (no `SET ROLE`, no temporary objects), with the watch's `search_path` and every
-//! setting put back after it, as PostgreSQL does for `REFRESH MATERIALIZED VIEW`. That statement
-//! reads in the snapshot of the derivation that calls it (its rows and the sources they are
-//! compared with are seen at one moment). The derivation statements themselves hold none of the
+//! setting put back after it, as PostgreSQL does for `REFRESH MATERIALIZED VIEW`, and with
+//! `row_security = off`: a row a policy would hide from the maker fails the read instead of
+//! looking deleted. That statement reads in the snapshot of the derivation that calls it (its
+//! rows and the sources they are compared with are seen at one moment). The derivation statements themselves hold none of the
 //! watch's SQL (`super::statements`) and run with `pg_catalog` first in their path.
 //!
 //! The other way round, `indexnow_watch()`, `indexnow_unwatch()` and `indexnow_reconcile()` run
@@ -94,7 +95,8 @@ fn indexnow_watch_rows(
              again with indexnow_watch() as a role that owns the table"
         );
     };
-    let settings = [("search_path", search_path)];
+    // A row hidden by row-level security must fail the read, not look deleted.
+    let settings = [("search_path", search_path), ("row_security", "off".into())];
     let rows = switched_to(role, true, || {
         super::derive::with_settings(&settings, || read_in_this_snapshot(&sql, keys))
     });

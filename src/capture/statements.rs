@@ -284,14 +284,22 @@ impl WatchDefinition {
                 .key
                 .iter()
                 .enumerate()
-                .map(|(i, (k, ty))| format!("r.{} = (k.row_key ->> {i})::{ty}", quote_ident(k)))
+                .map(|(i, (k, ty))| {
+                    format!(
+                        "r.{} = (indexnow_asked.row_key ->> {i})::{ty}",
+                        quote_ident(k)
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(" AND ");
+            // The keys are a subquery in FROM, not a CTE: a CTE's name would hide a table of the
+            // same name from the watch's expressions (a related table called `k`).
             format!(
-                "WITH k AS ({keys}) \
-                 SELECT k.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, x.fp \
-                   FROM k LEFT JOIN LATERAL ( \
-                        SELECT k.row_key, {columns} FROM {table} r WHERE {on}) x ON true",
+                "SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, \
+                        x.pub_at, x.fp \
+                   FROM ({keys}) indexnow_asked LEFT JOIN LATERAL ( \
+                        SELECT indexnow_asked.row_key, {columns} FROM {table} r WHERE {on}) x \
+                     ON true",
                 keys = self.normal_keys(),
                 table = self.table
             )
@@ -587,7 +595,7 @@ mod tests {
         ));
         assert!(s
             .rows_keys
-            .contains("r.\"id\" = (k.row_key ->> 0)::integer"));
+            .contains("r.\"id\" = (indexnow_asked.row_key ->> 0)::integer"));
         assert!(s
             .rows_keys
             .contains("coalesce((status = 'published'), false) AS vis"));

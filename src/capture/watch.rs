@@ -178,6 +178,53 @@ fn check_trigger_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str,
     }
 }
 
+/// Refuses a table whose rows the current role (the watch's maker) could not all read, or that
+/// outlives no session: every derivation reads the rows as the maker, and a row it cannot see
+/// would be taken as removed. Row-level security that applies to the maker is refused here and
+/// made an error at each derivation (`row_security = off`, as pg_dump reads), so that a policy
+/// added later skips rows with a WARNING instead of queueing removals of live pages.
+fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
+    let (temporary, row_security) = spi(
+        "checking the table",
+        Spi::connect(|client| {
+            let t = client.select(
+                "SELECT c.relpersistence = 't', pg_catalog.row_security_active(c.oid) \
+                   FROM pg_catalog.pg_class c WHERE c.oid = $1",
+                None,
+                &[oid.into()],
+            )?;
+            let r = t.first();
+            Ok::<_, pgrx::spi::Error>((
+                r.get::<bool>(1)?.unwrap_or(false),
+                r.get::<bool>(2)?.unwrap_or(false),
+            ))
+        }),
+    );
+    if temporary {
+        watch_error(format!(
+            "{label} is a temporary table: its rows are this session's alone, and the workers \
+             that derive and send cannot read them"
+        ));
+    }
+    if row_security {
+        watch_error(format!(
+            "row-level security applies to role {} on {label}: a watch reads every row as the \
+             role that made it, and a row hidden from it would be taken as removed; make the \
+             watch as a role that row-level security does not apply to (the table's owner, \
+             unless the table has FORCE ROW LEVEL SECURITY, or a role with BYPASSRLS)",
+            current_role_name()
+        ));
+    }
+}
+
+fn current_role_name() -> String {
+    spi(
+        "reading the current role",
+        Spi::get_one::<String>("SELECT current_user::text"),
+    )
+    .unwrap_or_default()
+}
+
 /// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
 /// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
 /// queued for their time); a pattern watched before is derived again, row by row, against what it
@@ -298,6 +345,7 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     let table = describe(oid);
     let label = &table.label;
     check_trigger_privilege(caller, oid, label, "indexnow_watch");
+    check_every_row_readable(oid, label);
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {

@@ -120,3 +120,37 @@ fn pg_dump_keeps_keys_and_queue() {
     );
     assert_eq!(row.get::<_, String>(1), "5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c");
 }
+
+/// Text read from the database is UTF-8 to the library: in another encoding a key or slug with
+/// an accent would fail the user's write, so the extension refuses to be created there.
+#[test]
+fn create_extension_refuses_a_database_not_in_utf8() {
+    let cluster = Cluster::start(Options::default());
+    cluster
+        .connect("postgres")
+        .batch_execute(
+            "CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' \
+             TEMPLATE template0",
+        )
+        .unwrap();
+    let mut db = cluster.connect("latin");
+    let err = db.batch_execute("CREATE EXTENSION indexnow").unwrap_err();
+    let message = err
+        .as_db_error()
+        .expect("a server error")
+        .message()
+        .to_string();
+    assert!(
+        message.contains("needs a database in the UTF8 encoding; this one is LATIN1"),
+        "{message}"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_extension WHERE extname = 'indexnow'"
+        ),
+        0
+    );
+    // A UTF8 database of the same cluster takes it.
+    cluster.create_db_with_extension("site");
+}
