@@ -88,3 +88,32 @@ $$;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA')
     EXECUTE FUNCTION _indexnow_on_ddl();
+
+-- A watched or related table dropped (src/capture/dropped.rs): the removals of its pages are
+-- queued and its watches end, or the watches that read it are told. Never fails the DROP. Not
+-- while the extension itself is being dropped (its tables are gone then).
+CREATE FUNCTION _indexnow_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+AS $$
+DECLARE
+    d record;
+BEGIN
+    IF pg_catalog.to_regclass('@extschema@.indexnow_relations') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR d IN SELECT DISTINCT o.objid, o.object_identity
+               FROM pg_catalog.pg_event_trigger_dropped_objects() o
+              WHERE o.object_type = 'table'
+                AND (o.objid IN (SELECT w.tbl::pg_catalog.oid FROM @extschema@.indexnow_watches w)
+                     OR o.objid IN (SELECT r.tbl::pg_catalog.oid FROM @extschema@.indexnow_relations r)) LOOP
+        BEGIN
+            PERFORM @extschema@._indexnow_table_dropped(d.objid, d.object_identity);
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'indexnow: could not follow the drop of %: %', d.object_identity, SQLERRM;
+        END;
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER indexnow_drops ON sql_drop
+    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION _indexnow_on_drop();

@@ -108,6 +108,50 @@ BEGIN
 END
 $statements$;
 
+-- A watched table dropped queues the removals of its pages and ends its watches; a related table
+-- dropped is told (src/capture/dropped.rs). Before, the watches stayed active on a dropped table's
+-- oid and their sources kept the removals of a table made again under the same name from ever
+-- being queued.
+CREATE FUNCTION @extschema@."_indexnow_table_dropped"(
+	"table" oid,
+	"identity" TEXT
+) RETURNS void
+	STRICT VOLATILE PARALLEL UNSAFE
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'indexnow_table_dropped_wrapper';
+REVOKE ALL ON FUNCTION @extschema@._indexnow_table_dropped(oid, text) FROM PUBLIC;
+ALTER FUNCTION @extschema@._indexnow_table_dropped(oid, text) SET search_path = @extschema@, pg_temp;
+REVOKE ALL ON FUNCTION @extschema@._indexnow_schema_renamed(oid) FROM PUBLIC;
+ALTER FUNCTION @extschema@._indexnow_schema_renamed(oid) SET search_path = @extschema@, pg_temp;
+-- A watched or related table dropped (src/capture/dropped.rs): the removals of its pages are
+-- queued and its watches end, or the watches that read it are told. Never fails the DROP. Not
+-- while the extension itself is being dropped (its tables are gone then).
+CREATE FUNCTION @extschema@._indexnow_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+AS $$
+DECLARE
+    d record;
+BEGIN
+    IF pg_catalog.to_regclass('@extschema@.indexnow_relations') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR d IN SELECT DISTINCT o.objid, o.object_identity
+               FROM pg_catalog.pg_event_trigger_dropped_objects() o
+              WHERE o.object_type = 'table'
+                AND (o.objid IN (SELECT w.tbl::pg_catalog.oid FROM @extschema@.indexnow_watches w)
+                     OR o.objid IN (SELECT r.tbl::pg_catalog.oid FROM @extschema@.indexnow_relations r)) LOOP
+        BEGIN
+            PERFORM @extschema@._indexnow_table_dropped(d.objid, d.object_identity);
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'indexnow: could not follow the drop of %: %', d.object_identity, SQLERRM;
+        END;
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER indexnow_drops ON sql_drop
+    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION @extschema@._indexnow_on_drop();
+
 -- A watch's keyed row statement takes its keys from a subquery in FROM, not from a CTE named k:
 -- the CTE hid a table named k from the watch's own expressions (src/capture/statements.rs).
 UPDATE @extschema@.indexnow_watches

@@ -50,6 +50,8 @@ REVOKE ALL ON FUNCTION _indexnow_capture() FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_capture_target(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_table_changed(oid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_schema_renamed(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_table_dropped(oid, text) FROM PUBLIC;
 -- _indexnow_expression_type() and _indexnow_expression_columns() stay PUBLIC: they run as their
 -- caller (a watcher's expressions are checked with the watcher's rights) and tell only what the
 -- caller could find out with a query.
@@ -78,6 +80,8 @@ ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = @extschema@, pg_te
 -- Follows partitions joining or leaving a watched tree (called by the event trigger, as the
 -- extension's owner: see _indexnow_on_ddl() in capture.sql).
 ALTER FUNCTION _indexnow_table_changed(oid, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION _indexnow_schema_renamed(oid) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION _indexnow_table_dropped(oid, text) SET search_path = @extschema@, pg_temp;
 -- Derives the change sets the capture triggers recorded, for whoever may read the queue.
 ALTER FUNCTION indexnow_derive(bigint) SECURITY DEFINER SET search_path = @extschema@, pg_temp
     SET jit = off;

@@ -1992,3 +1992,60 @@ fn a_related_table_named_like_an_internal_name_is_read() {
          https://www.example.com/news/p2 created"
     );
 }
+
+/// A watched table dropped: the pages search engines were told of are removed, the rest
+/// cancelled, and its watch ends; a table made again under the same name is watched anew and
+/// its removals are owed as any table's.
+#[pg_test]
+fn a_dropped_watched_table_queues_the_removals_of_its_pages() {
+    run("CREATE TABLE gone_pages (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO gone_pages VALUES (1, 'a'), (2, 'b')");
+    run("SELECT indexnow_watch('gone_pages', url => 'https://www.example.com/{slug}')");
+    run("INSERT INTO gone_pages VALUES (3, 'c')");
+    pushed();
+    run("INSERT INTO gone_pages VALUES (4, 'never-sent')");
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("UPDATE gone_pages SET slug = 'b2' WHERE id = 2");
+    run("RESET indexnow.derive_at_write");
+    run("DROP TABLE gone_pages");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a deleted\n\
+         https://www.example.com/b deleted\n\
+         https://www.example.com/c deleted"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 0);
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    pushed();
+    run("CREATE TABLE gone_pages (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('gone_pages', url => 'https://www.example.com/{slug}')");
+    run("INSERT INTO gone_pages VALUES (1, 'a')");
+    pushed();
+    run("DELETE FROM gone_pages");
+    assert_eq!(pending(), "https://www.example.com/a deleted");
+}
+
+/// A related table dropped (with CASCADE, its foreign keys go too): the watch that read it is
+/// told, keeps its pages, and can be ended.
+#[pg_test]
+fn a_dropped_related_table_leaves_a_watch_that_can_be_mended_or_ended() {
+    run("CREATE TABLE cats (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE cat_posts (id int PRIMARY KEY, cat int REFERENCES cats, slug text)");
+    run("INSERT INTO cats VALUES (1, 'news')");
+    run("INSERT INTO cat_posts VALUES (1, 1, 'p1')");
+    run(
+        "SELECT indexnow_watch('cat_posts', url_sql => $$'https://www.example.com/' || \
+           coalesce((SELECT slug FROM cats WHERE id = cat), 'misc') || '/' || slug$$, \
+           related => '{cats}')",
+    );
+    pushed();
+    run("DROP TABLE cats CASCADE");
+    assert_eq!(count("SELECT count(*) FROM indexnow_relations"), 0);
+    assert_eq!(pending(), "");
+    run(
+        "SELECT indexnow_unwatch('cat_posts', $$'https://www.example.com/' || \
+           coalesce((SELECT slug FROM cats WHERE id = cat), 'misc') || '/' || slug$$)",
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches WHERE active"), 0);
+}

@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod change_sets;
 pub mod derive;
+pub mod dropped;
 pub mod fingerprint;
 pub mod key;
 pub mod owner;

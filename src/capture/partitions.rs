@@ -145,6 +145,10 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
 /// Drops the capture triggers of `table` when no active watch watches it, a table above it or
 /// reads it.
 pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
+    // (a table dropped with its triggers, or in the same statement)
+    if triggers::table_qualified(table).is_empty() {
+        return;
+    }
     let used: bool = Spi::get_one_with_args::<bool>(
         &format!(
             "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches WHERE tbl = $1 AND active) \
