@@ -2049,3 +2049,29 @@ fn a_dropped_related_table_leaves_a_watch_that_can_be_mended_or_ended() {
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_watches WHERE active"), 0);
 }
+
+/// A virtual generated column (PostgreSQL 18) is never stored: an UPDATE of only the ignored
+/// columns it is computed from still moves the URL, or hides the page, that it gives.
+#[cfg(feature = "pg18")]
+#[pg_test]
+fn a_virtual_generated_column_follows_the_ignored_columns_it_is_computed_from() {
+    run(
+        "CREATE TABLE vpages (id int PRIMARY KEY, title text, st text, \
+           slug text GENERATED ALWAYS AS (lower(title)) VIRTUAL, \
+           pub boolean GENERATED ALWAYS AS (st = 'p') VIRTUAL)",
+    );
+    run("INSERT INTO vpages (id, title, st) VALUES (1, 'AA', 'p')");
+    run(
+        "SELECT indexnow_watch('vpages', url => 'https://www.example.com/{slug}', \
+           visible => 'pub', ignore => '{title,st}')",
+    );
+    pushed();
+    run("UPDATE vpages SET title = 'BB'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/aa moved\nhttps://www.example.com/bb created"
+    );
+    pushed();
+    run("UPDATE vpages SET st = 'draft'");
+    assert_eq!(pending(), "https://www.example.com/bb unpublished");
+}

@@ -186,14 +186,28 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
         unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
     let mut ignores: Vec<Vec<String>> = watches.iter().map(|w| w.ignore.clone()).collect();
     ignores.push(ignored_by_every_relation(&relations, written));
+    let computed_from = virtual_sources(written, &attributes);
     let compared = ignores
         .iter()
         .map(|ignore| {
-            attributes
+            let mut columns: Vec<i16> = attributes
                 .iter()
                 .filter(|a| primary_key.contains(&a.attnum) || !ignore.contains(&a.name))
                 .map(|a| a.attnum)
-                .collect()
+                .collect();
+            for (generated, sources) in &computed_from {
+                if columns.contains(generated) {
+                    columns.extend(
+                        sources
+                            .iter()
+                            .filter(|s| !columns.contains(s))
+                            .copied()
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            columns.sort_unstable();
+            columns
         })
         .collect();
     let key_columns = key_names
@@ -332,6 +346,9 @@ struct Attribute {
     attnum: i16,
     name: String,
     type_oid: pg_sys::Oid,
+    /// A virtual generated column (PostgreSQL 18): computed when read, never stored, so the
+    /// UPDATE gate compares the columns it is computed from instead.
+    virtual_generated: bool,
 }
 
 /// The relation's primary key (attribute numbers).
@@ -364,6 +381,38 @@ unsafe fn attributes(desc: pg_sys::TupleDesc) -> Vec<Attribute> {
                 .to_string_lossy()
                 .into_owned(),
             type_oid: a.atttypid,
+            virtual_generated: a.attgenerated as u8 == b'v',
         })
         .collect()
+}
+
+/// For each virtual generated column of `table`, the columns its expression reads.
+fn virtual_sources(table: pg_sys::Oid, attributes: &[Attribute]) -> Vec<(i16, Vec<i16>)> {
+    if !attributes.iter().any(|a| a.virtual_generated) {
+        return vec![];
+    }
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT ad.adnum, pg_catalog.array_agg(d.refobjsubid::int2 ORDER BY d.refobjsubid) \
+                   FROM pg_catalog.pg_attrdef ad \
+                   JOIN pg_catalog.pg_depend d \
+                     ON d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND d.objid = ad.oid \
+                    AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass \
+                    AND d.refobjid = ad.adrelid AND d.refobjsubid > 0 \
+                  WHERE ad.adrelid = $1 GROUP BY ad.adnum",
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok((r.get::<i16>(1)?.unwrap_or(0), r.get(2)?.unwrap_or_default())))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading a table's generated columns: {e}"))
+    .into_iter()
+    .filter(|(attnum, _)| {
+        attributes
+            .iter()
+            .any(|a| a.attnum == *attnum && a.virtual_generated)
+    })
+    .collect()
 }
