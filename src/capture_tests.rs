@@ -1638,10 +1638,18 @@ fn a_watch_follows_alter_table() {
     run("ALTER TABLE site.articles SET SCHEMA public");
     run("ALTER TABLE articles RENAME TO pages");
     pushed();
-    // A column the URL names, renamed: the ALTER succeeds, the watch stays as it was (and says
-    // so); made again, it works.
+    // A column the URL names, renamed: the template follows (its fingerprint's names changed:
+    // every page changed, as above).
     run("ALTER TABLE pages RENAME COLUMN slug TO path");
-    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{path}')");
+    assert_eq!(
+        text("SELECT pattern FROM indexnow_watches"),
+        Some("https://www.example.com/{path}".into())
+    );
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a changed\nhttps://www.example.com/b changed"
+    );
+    pushed();
     run("UPDATE pages SET content = 'w' WHERE id = 2");
     assert_eq!(pending(), "https://www.example.com/b changed");
 }
@@ -2074,4 +2082,35 @@ fn a_virtual_generated_column_follows_the_ignored_columns_it_is_computed_from() 
     pushed();
     run("UPDATE vpages SET st = 'draft'");
     assert_eq!(pending(), "https://www.example.com/bb unpublished");
+}
+
+/// A column the template names, renamed: the template follows (the watch keeps its id, sources
+/// and what search engines were told), and so does the ignore list.
+#[pg_test]
+fn a_template_and_ignore_list_follow_a_column_renamed() {
+    run("CREATE TABLE rpages (id int PRIMARY KEY, slug text NOT NULL, views int DEFAULT 0)");
+    run("INSERT INTO rpages VALUES (1, 'a'), (2, 'b'), (3, 'c')");
+    run(
+        "SELECT indexnow_watch('rpages', url => 'https://www.example.com/{slug}', \
+           ignore => '{views}')",
+    );
+    pushed();
+    run("ALTER TABLE rpages RENAME COLUMN slug TO path");
+    run("ALTER TABLE rpages RENAME COLUMN views TO hits");
+    assert_eq!(
+        text("SELECT pattern || ' ' || ignore::text FROM indexnow_watches"),
+        Some("https://www.example.com/{path} {hits}".into())
+    );
+    pushed();
+    run("UPDATE rpages SET hits = hits + 1");
+    assert_eq!(pending(), "");
+    run("UPDATE rpages SET path = 'a2' WHERE id = 1");
+    run("DELETE FROM rpages WHERE id = 3");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/a moved\n\
+         https://www.example.com/a2 created\n\
+         https://www.example.com/c deleted"
+    );
+    run("SELECT indexnow_unwatch('rpages', 'https://www.example.com/{path}')");
 }

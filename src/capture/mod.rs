@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod change_sets;
+pub mod column_renamed;
 pub mod derive;
 pub mod dropped;
 pub mod fingerprint;

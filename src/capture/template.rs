@@ -110,6 +110,17 @@ pub fn parse(template: &str) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
+/// The template text of `parts` (as [`parse`] reads it back; braces in literals doubled).
+pub fn unparse(parts: impl IntoIterator<Item = Part>) -> String {
+    parts
+        .into_iter()
+        .map(|p| match p {
+            Part::Literal(text) => text.replace('{', "{{").replace('}', "}}"),
+            Part::Column(c) => format!("{{{c}}}"),
+        })
+        .collect()
+}
+
 /// What is wrong with the template's fixed part, if anything: it must start with `https://` or
 /// `http://`, and when it names the host (the first column comes after the host's `/`), the URL it
 /// starts must be one that can be submitted (a public host, no user info). A template that takes
