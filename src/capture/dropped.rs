@@ -55,21 +55,6 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
     if watched != Some(true) {
         return;
     }
-    let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
-        client
-            .select(
-                &format!(
-                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
-                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                      WHERE w.tbl = $1::pg_catalog.oid::pg_catalog.regclass"
-                ),
-                None,
-                &[table.into()],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading the related tables of a dropped table: {e}"));
     run(
         &format!(
             "UPDATE {ext}.indexnow_watches SET active = false \
@@ -77,6 +62,8 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
         ),
         table,
     );
+    // (read before the watches are vacated, with their relations)
+    let related = super::related::tables_of_ended_watches(&ext, table);
     run(
         &format!("DELETE FROM {ext}.indexnow_changes WHERE tbl = $1"),
         table,

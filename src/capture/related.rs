@@ -312,3 +312,23 @@ pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
     })
     .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"))
 }
+
+/// The related tables of the inactive watches of `table` (the ones `indexnow_unwatch()` or a
+/// drop just ended): their capture triggers may be unused now.
+pub fn tables_of_ended_watches(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
+                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                      WHERE w.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT w.active"
+                ),
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the related tables of ended watches: {e}"))
+}

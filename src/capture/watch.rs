@@ -773,21 +773,7 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
     for d in super::partitions::descendants(oid) {
         super::partitions::drop_triggers_if_unused(ext, d);
     }
-    let related: Vec<pg_sys::Oid> = Spi::connect(|client| {
-        client
-            .select(
-                &format!(
-                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
-                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                      WHERE w.tbl = $1 AND NOT w.active"
-                ),
-                None,
-                &[oid.into()],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: reading the watch's related tables: {e}"));
+    let related = related::tables_of_ended_watches(ext, oid);
     for r in related {
         super::partitions::drop_triggers_if_unused(ext, r);
     }
