@@ -2114,3 +2114,16 @@ fn a_template_and_ignore_list_follow_a_column_renamed() {
     );
     run("SELECT indexnow_unwatch('rpages', 'https://www.example.com/{path}')");
 }
+
+/// A schema dropped with its watched table (`DROP SCHEMA ... CASCADE`) is a drop of the table.
+#[pg_test]
+fn a_schema_dropped_with_its_watched_table_queues_the_removals() {
+    run("CREATE SCHEMA shop");
+    run("CREATE TABLE shop.items (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO shop.items VALUES (1, 'kettle')");
+    run("SELECT indexnow_watch('shop.items', url => 'https://www.example.com/shop/{slug}')");
+    pushed();
+    run("DROP SCHEMA shop CASCADE");
+    assert_eq!(pending(), "https://www.example.com/shop/kettle deleted");
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+}
