@@ -152,16 +152,17 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION @extschema@._indexnow_on_drop();
 
--- A column of a watched table renamed: the templates and ignore lists that name it follow, before
--- the rename (src/capture/column_renamed.rs; only the statement has the old name, and only C sees
--- the statement). The end of the ALTER then makes the watches again (indexnow_partitions).
-CREATE FUNCTION @extschema@._indexnow_before_alter() RETURNS event_trigger
+-- DDL seen before it runs (src/capture/before_ddl.rs; only C is given the statement): a column of a
+-- watched table renamed renames it in the templates and ignore lists that name it (the end of the
+-- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
+-- dropped records a whole-table change set for the table above it.
+CREATE FUNCTION @extschema@._indexnow_before_ddl() RETURNS event_trigger
 LANGUAGE c SECURITY DEFINER SET search_path = @extschema@, pg_temp
-AS 'MODULE_PATHNAME', 'indexnow_before_alter_wrapper';
-CREATE EVENT TRIGGER indexnow_renames ON ddl_command_start
-    WHEN TAG IN ('ALTER TABLE')
-    EXECUTE FUNCTION @extschema@._indexnow_before_alter();
-REVOKE ALL ON FUNCTION @extschema@._indexnow_before_alter() FROM PUBLIC;
+AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
+CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
+    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE')
+    EXECUTE FUNCTION @extschema@._indexnow_before_ddl();
+REVOKE ALL ON FUNCTION @extschema@._indexnow_before_ddl() FROM PUBLIC;
 
 -- A watch's keyed row statement takes its keys from a subquery in FROM, not from a CTE named k:
 -- the CTE hid a table named k from the watch's own expressions (src/capture/statements.rs).

@@ -52,7 +52,7 @@ REVOKE ALL ON FUNCTION indexnow_derive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_table_changed(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_schema_renamed(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_table_dropped(oid, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION _indexnow_before_alter() FROM PUBLIC;
+REVOKE ALL ON FUNCTION _indexnow_before_ddl() FROM PUBLIC;
 -- _indexnow_expression_type() and _indexnow_expression_columns() stay PUBLIC: they run as their
 -- caller (a watcher's expressions are checked with the watcher's rights) and tell only what the
 -- caller could find out with a query.

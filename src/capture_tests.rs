@@ -2127,3 +2127,20 @@ fn a_schema_dropped_with_its_watched_table_queues_the_removals() {
     assert_eq!(pending(), "https://www.example.com/shop/kettle deleted");
     assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
 }
+
+/// A partition of a watched table dropped on its own: its pages are removed (the table above is
+/// derived again after the drop), the other partitions' stay.
+#[pg_test]
+fn a_dropped_partition_removes_its_pages() {
+    run(
+        "CREATE TABLE regions (id int, region text, slug text, PRIMARY KEY (id, region)) \
+           PARTITION BY LIST (region)",
+    );
+    run("CREATE TABLE regions_th PARTITION OF regions FOR VALUES IN ('th')");
+    run("CREATE TABLE regions_en PARTITION OF regions FOR VALUES IN ('en')");
+    run("INSERT INTO regions VALUES (1, 'th', 'a'), (2, 'en', 'b')");
+    run("SELECT indexnow_watch('regions', url => 'https://www.example.com/{region}/{slug}')");
+    pushed();
+    run("DROP TABLE regions_en");
+    assert_eq!(pending(), "https://www.example.com/en/b deleted");
+}

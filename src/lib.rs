@@ -39,7 +39,8 @@
 //! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it
 //! - `capture/partitions.rs`  partitions and inheritance children of a watched table
-//! - `capture/column_renamed.rs`  a column renamed: the templates and ignore lists naming it follow
+//! - `capture/before_ddl.rs`  DDL seen before it runs: a column renamed (templates follow), a
+//!   partition dropped (its parent derived)
 //! - `capture/dropped.rs`  a watched or related table dropped: its removals queued, its watches gone
 //! - `capture/template.rs` URL templates and their percent-encoding
 //! - `capture/fingerprint.rs`  `indexnow_fingerprint()` for custom triggers (watches fingerprint in

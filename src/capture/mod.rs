@@ -5,9 +5,9 @@
 //!
 //! Its files are in the map at the top of `src/lib.rs`.
 
+pub mod before_ddl;
 pub mod cache;
 pub mod change_sets;
-pub mod column_renamed;
 pub mod derive;
 pub mod dropped;
 pub mod fingerprint;

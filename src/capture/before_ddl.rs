@@ -1,69 +1,115 @@
-//! A column of a watched table renamed (`ALTER TABLE ... RENAME COLUMN`): the watches' URL
-//! templates and `ignore` lists that name it are renamed with it, before the rename runs, from
-//! the `ddl_command_start` event trigger `indexnow_renames` (sql/capture.sql). The event trigger
-//! at the end of the ALTER then makes the watches again (`super::watch::follow_alter_table`),
-//! with the new names. A watch keeps its id, sources and queue, and its pattern (the template)
-//! takes the new name: `indexnow_unwatch()` names it so.
+//! DDL seen before it runs, from the `ddl_command_start` event trigger `indexnow_before_ddl`
+//! (sql/capture.sql): what only the statement tells, since the catalog changes under it.
 //!
-//! Only the end of an ALTER has the new table, and only its start the old name (PostgreSQL
-//! gives an event trigger the statement only in C, hence this module). `visible`, `url_sql`
-//! and `publish_at` are the maker's SQL text: they are not rewritten, and a watch whose
-//! expression names the column breaks with a WARNING, as for a column dropped.
+//! - A column of a watched table renamed (`ALTER TABLE ... RENAME COLUMN`): the watches' URL
+//!   templates and `ignore` lists that name it are renamed with it. The event trigger at the end
+//!   of the ALTER then makes the watches again (`super::watch::follow_alter_table`), with the new
+//!   names. A watch keeps its id, sources and queue, and its pattern (the template) takes the
+//!   new name: `indexnow_unwatch()` names it so. `visible`, `url_sql` and `publish_at` are the
+//!   maker's SQL text: they are not rewritten, and a watch whose expression names the column
+//!   breaks with a WARNING, as for a column dropped.
+//! - A partition or inheritance child of a watched table dropped (`DROP TABLE`): a whole-table
+//!   change set is recorded for the watched table above it, derived after the commit, when the
+//!   child's rows are gone (their pages removed). At the end of the DROP the child is no longer
+//!   in the catalog, so nothing would tell which watched table it was under.
+//!
+//! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
 use super::template::{self, Part};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 
-/// `_indexnow_before_alter()`: the event trigger function. Declared in sql/capture.sql.
+/// `_indexnow_before_ddl()`: the event trigger function. Declared in sql/capture.sql.
 ///
 /// # Safety
 /// Called by PostgreSQL as an event trigger function: `fcinfo.context` is its
 /// `EventTriggerData`.
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn indexnow_before_alter_wrapper(
+pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
     let context = (*fcinfo).context;
     if context.is_null() || !pgrx::is_a(context, pg_sys::NodeTag::T_EventTriggerData) {
-        error!("indexnow: _indexnow_before_alter() is called by an event trigger only");
+        error!("indexnow: _indexnow_before_ddl() is called by an event trigger only");
     }
     let parsetree = (*(context as *mut pg_sys::EventTriggerData)).parsetree;
-    if parsetree.is_null() || !pgrx::is_a(parsetree, pg_sys::NodeTag::T_RenameStmt) {
+    if parsetree.is_null() || crate::extension::version_mismatch().is_some() {
         return pg_sys::Datum::from(0);
     }
-    let rename = &*(parsetree as *mut pg_sys::RenameStmt);
-    if rename.renameType != pg_sys::ObjectType::OBJECT_COLUMN
-        || rename.relation.is_null()
-        || rename.subname.is_null()
-        || rename.newname.is_null()
-    {
-        return pg_sys::Datum::from(0);
+    if pgrx::is_a(parsetree, pg_sys::NodeTag::T_RenameStmt) {
+        column_renamed(&*(parsetree as *mut pg_sys::RenameStmt));
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_DropStmt) {
+        tables_dropped(&*(parsetree as *mut pg_sys::DropStmt));
     }
+    pg_sys::Datum::from(0)
+}
+
+/// The table a statement names, if it exists.
+unsafe fn relation_of(relation: *mut pg_sys::RangeVar) -> Option<pg_sys::Oid> {
     let table = pg_sys::RangeVarGetRelidExtended(
-        rename.relation,
+        relation,
         pg_sys::NoLock as pg_sys::LOCKMODE,
         pg_sys::RVROption::RVR_MISSING_OK,
         None,
         std::ptr::null_mut(),
     );
-    if table == pg_sys::InvalidOid {
-        return pg_sys::Datum::from(0);
+    (table != pg_sys::InvalidOid).then_some(table)
+}
+
+unsafe fn column_renamed(rename: &pg_sys::RenameStmt) {
+    if rename.renameType != pg_sys::ObjectType::OBJECT_COLUMN
+        || rename.relation.is_null()
+        || rename.subname.is_null()
+        || rename.newname.is_null()
+    {
+        return;
     }
+    let Some(table) = relation_of(rename.relation) else {
+        return;
+    };
     let old = CStr::from_ptr(rename.subname)
         .to_string_lossy()
         .into_owned();
     let new = CStr::from_ptr(rename.newname)
         .to_string_lossy()
         .into_owned();
-    follow(table, &old, &new);
-    pg_sys::Datum::from(0)
+    follow_rename(table, &old, &new);
+}
+
+unsafe fn tables_dropped(drop: &pg_sys::DropStmt) {
+    if drop.removeType != pg_sys::ObjectType::OBJECT_TABLE || drop.objects.is_null() {
+        return;
+    }
+    let ext = crate::extension::schema();
+    let names = pgrx::PgList::<pg_sys::List>::from_pg(drop.objects);
+    for name in names.iter_ptr() {
+        let Some(table) = relation_of(pg_sys::makeRangeVarFromNameList(name)) else {
+            continue;
+        };
+        // A watched table's own drop is followed at its end (`super::dropped`).
+        let own = crate::plan_cache::get_one::<bool>(
+            &format!(
+                "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
+                                 WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND active)"
+            ),
+            &[table.into()],
+        )
+        .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"));
+        if own == Some(true) {
+            continue;
+        }
+        if let Some(above) = super::partitions::watched_ancestor(&ext, table) {
+            super::change_sets::record_whole_table(&ext, above, None);
+            crate::wake::worker_at_commit();
+        }
+    }
 }
 
 #[unsafe(no_mangle)]
 #[doc(hidden)]
-pub extern "C" fn pg_finfo_indexnow_before_alter_wrapper() -> &'static pg_sys::Pg_finfo_record {
+pub extern "C" fn pg_finfo_indexnow_before_ddl_wrapper() -> &'static pg_sys::Pg_finfo_record {
     const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
     &V1
 }
@@ -72,10 +118,7 @@ pub extern "C" fn pg_finfo_indexnow_before_alter_wrapper() -> &'static pg_sys::P
 type Names = (i32, Option<String>, Vec<String>, Option<Vec<String>>);
 
 /// Renames `old` to `new` in the templates and ignore lists of the watches of `table`.
-fn follow(table: pg_sys::Oid, old: &str, new: &str) {
-    if crate::extension::version_mismatch().is_some() {
-        return;
-    }
+fn follow_rename(table: pg_sys::Oid, old: &str, new: &str) {
     let ext = crate::extension::schema();
     let watches: Vec<Names> = Spi::connect(|client| {
         client
