@@ -2144,3 +2144,31 @@ fn a_dropped_partition_removes_its_pages() {
     run("DROP TABLE regions_en");
     assert_eq!(pending(), "https://www.example.com/en/b deleted");
 }
+
+/// A tree dropped (the table is its own related table), and a watched table dropped together
+/// with its related table in one statement: both followed.
+#[pg_test]
+fn a_dropped_tree_and_a_table_dropped_with_its_related_table_queue_their_removals() {
+    page_tree();
+    run("CREATE TABLE shelf (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE books (id int PRIMARY KEY, shelf int REFERENCES shelf, slug text NOT NULL)");
+    run("INSERT INTO shelf VALUES (1, 's')");
+    run("INSERT INTO books VALUES (1, 1, 'b')");
+    run(
+        "SELECT indexnow_watch('books', url => 'https://www.example.com/books/{slug}', \
+           related => '{shelf}')",
+    );
+    pushed();
+    run("DROP TABLE tree CASCADE"); // (with the functions that read it)
+    run("DROP TABLE books, shelf");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/books/b deleted\n\
+         https://www.example.com/docs deleted\n\
+         https://www.example.com/docs/faq deleted\n\
+         https://www.example.com/docs/guide deleted\n\
+         https://www.example.com/docs/guide/install deleted\n\
+         https://www.example.com/docs/guide/usage deleted"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+}

@@ -79,7 +79,8 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
     crate::wake::worker_at_commit();
 }
 
-/// The watches of other tables that read `table` as a related table: (pattern, watched table).
+/// The watches of other tables that read `table` as a related table: (pattern, watched table);
+/// not those whose table goes in the same statement (their own drop ends them).
 fn related_watches(ext: &str, table: pg_sys::Oid) -> Vec<(String, String)> {
     Spi::connect(|client| {
         client
@@ -88,7 +89,9 @@ fn related_watches(ext: &str, table: pg_sys::Oid) -> Vec<(String, String)> {
                     "SELECT w.pattern, w.tbl::pg_catalog.text FROM {ext}.indexnow_relations r \
                        JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
                       WHERE r.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND w.active \
-                        AND w.tbl <> r.tbl ORDER BY w.id"
+                        AND w.tbl <> r.tbl \
+                        AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = w.tbl) \
+                      ORDER BY w.id"
                 ),
                 None,
                 &[table.into()],

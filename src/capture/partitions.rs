@@ -146,7 +146,12 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
 /// reads it.
 pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     // (a table dropped with its triggers, or in the same statement)
-    if triggers::table_qualified(table).is_empty() {
+    let exists = crate::plan_cache::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE oid = $1)",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for a table: {e}"));
+    if exists != Some(true) {
         return;
     }
     let used: bool = Spi::get_one_with_args::<bool>(
