@@ -2172,3 +2172,38 @@ fn a_dropped_tree_and_a_table_dropped_with_its_related_table_queue_their_removal
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
 }
+
+/// Names in `related` are resolved with the caller's search_path, as the watched table's is.
+#[pg_test]
+fn related_names_follow_the_callers_search_path() {
+    run("CREATE SCHEMA store");
+    run("CREATE TABLE store.cats (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE store.goods (id int PRIMARY KEY, cat int REFERENCES store.cats, slug text)");
+    run("INSERT INTO store.cats VALUES (1, 'tea')");
+    run("INSERT INTO store.goods VALUES (1, 1, 'green')");
+    run("SET LOCAL search_path = store, public");
+    run(
+        "SELECT indexnow_watch('goods', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM cats WHERE id = cat) || '/' || slug$$, related => '{cats}')",
+    );
+    run("RESET search_path");
+    pushed();
+    run("UPDATE store.cats SET slug = 'tisane'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/tea/green moved\n\
+         https://www.example.com/tisane/green created"
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "row-level security applies to role indexnow_test_tenant on related table")]
+fn a_related_table_hidden_by_row_level_security_is_refused() {
+    rls_owner();
+    run("CREATE TABLE public.tenant_notes (id int PRIMARY KEY, page int REFERENCES tenant_pages)");
+    run("ALTER TABLE tenant_pages ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY");
+    run(
+        "SELECT indexnow_watch('tenant_notes', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM tenant_pages WHERE id = page)$$, related => '{tenant_pages}')",
+    );
+}

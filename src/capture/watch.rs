@@ -217,6 +217,48 @@ fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
     }
 }
 
+/// A name given in `related`, resolved with the caller's `search_path` (the extension's part
+/// runs with its own), as `schema.table`; refused, as the watched table is, where row-level
+/// security would hide its rows from the caller.
+fn related_table(name: &str) -> String {
+    let found: Option<(String, String, bool)> = spi(
+        "reading a related table",
+        Spi::connect(|client| {
+            let t = client.select(
+                "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), \
+                        pg_catalog.format('%s.%s', n.nspname, c.relname), \
+                        pg_catalog.row_security_active(c.oid) \
+                   FROM pg_catalog.pg_class c \
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE c.oid = pg_catalog.to_regclass($1)",
+                None,
+                &[name.into()],
+            )?;
+            if t.is_empty() {
+                return Ok(None);
+            }
+            let r = t.first();
+            Ok(Some((
+                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<String>(2)?.unwrap_or_default(),
+                r.get::<bool>(3)?.unwrap_or(false),
+            )))
+        }),
+    );
+    let Some((qualified, label, row_security)) = found else {
+        watch_error(format!("related table \"{name}\" does not exist"));
+    };
+    if row_security {
+        watch_error(format!(
+            "row-level security applies to role {} on related table {label}: a watch reads \
+             every row as the role that made it; make the watch as a role that row-level \
+             security does not apply to",
+            current_role_name()
+        ));
+    }
+    qualified
+}
+
 fn current_role_name() -> String {
     spi(
         "reading the current role",
@@ -258,6 +300,7 @@ fn indexnow_watch(
     };
     // As the caller: every argument checked against the table, with the caller's rights.
     let checked = check(&ext, caller, oid, &given);
+    let related = related.map(|names| names.iter().map(|n| related_table(n)).collect());
     // The extension's part, as its owner.
     owner::as_extension_owner(&ext.clone(), || {
         // What the table's writes recorded so far is derived under the watches they were made for.
