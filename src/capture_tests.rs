@@ -2207,3 +2207,35 @@ fn a_related_table_hidden_by_row_level_security_is_refused() {
            (SELECT slug FROM tenant_pages WHERE id = page)$$, related => '{tenant_pages}')",
     );
 }
+
+/// A tree whose table has two foreign keys to itself (the parent, and a translation's
+/// original): the pages below a changed page are found whichever was declared first.
+#[pg_test]
+fn a_tree_with_two_foreign_keys_to_itself_follows_the_parent() {
+    run(
+        "CREATE TABLE tree (id int PRIMARY KEY, translation_of int REFERENCES tree, parent int, \
+           slug text NOT NULL, published boolean NOT NULL DEFAULT true, views int DEFAULT 0)",
+    );
+    run("ALTER TABLE tree ADD FOREIGN KEY (parent) REFERENCES tree ON DELETE CASCADE");
+    run(
+        "CREATE FUNCTION tree_path(page int) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, slug, depth) AS ( \
+             SELECT id, parent, slug, 0 FROM tree WHERE id = page \
+             UNION ALL SELECT t.id, t.parent, t.slug, up.depth + 1 FROM tree t JOIN up ON t.id = up.parent) \
+           SELECT string_agg(slug, '/' ORDER BY depth DESC) FROM up; END",
+    );
+    run("INSERT INTO tree (id, parent, slug) VALUES (1, NULL, 'docs'), (2, 1, 'guide')");
+    run(
+        "SELECT indexnow_watch('tree', url_sql => $$'https://www.example.com/' || tree_path(id)$$, \
+           related => '{tree}')",
+    );
+    pushed();
+    run("UPDATE tree SET slug = 'manual' WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs moved\n\
+         https://www.example.com/docs/guide moved\n\
+         https://www.example.com/manual created\n\
+         https://www.example.com/manual/guide created"
+    );
+}

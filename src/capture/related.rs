@@ -121,62 +121,86 @@ fn below(
     key: &[String],
     label: &str,
 ) -> Result<Relation, String> {
-    let fk = keys
+    // Every foreign key to itself is followed (a parent, and say a translation's original): a
+    // row reached through one that does not shape URLs is derived for nothing, never missed.
+    let own: Vec<&ForeignKey> = keys
         .iter()
-        .find(|k| k.child == watched && k.parent == watched)
-        .ok_or_else(|| {
-            format!(
-                "related names the watched table {label} itself, which has no foreign key to \
-                 itself (a parent column): only a tree of rows can be its own related table"
-            )
-        })?;
-    if !fk.types.iter().all(|t| super::owner::built_in(*t)) {
+        .filter(|k| k.child == watched && k.parent == watched)
+        .collect();
+    if own.is_empty() {
         return Err(format!(
-            "the foreign key of {label} to itself uses a type defined in the database: its \
+            "related names the watched table {label} itself, which has no foreign key to \
+             itself (a parent column): only a tree of rows can be its own related table"
+        ));
+    }
+    if !own
+        .iter()
+        .all(|fk| fk.types.iter().all(|t| super::owner::built_in(*t)))
+    {
+        return Err(format!(
+            "a foreign key of {label} to itself uses a type defined in the database: its \
              columns must be of built-in types"
         ));
     }
     Ok(Relation {
         table: watched,
         label: label.to_string(),
-        dependents: descendants(watched_name, key, fk),
+        dependents: descendants(watched_name, key, &own),
     })
 }
 
 /// `WITH RECURSIVE d AS (the rows whose parent is a written row, UNION the rows whose parent is
-/// in d) SELECT jsonb_build_array(d.key...) AS k FROM d`: `UNION` ends a cycle.
-fn descendants(watched: &str, key: &[String], fk: &ForeignKey) -> String {
+/// in d) SELECT jsonb_build_array(d.key...) AS k FROM d`, along each of the table's foreign keys
+/// to itself: `UNION` ends a cycle.
+fn descendants(watched: &str, key: &[String], own: &[&ForeignKey]) -> String {
     let mut carried: Vec<&String> = key.iter().collect();
-    for c in &fk.parent_cols {
-        if !carried.contains(&c) {
-            carried.push(c);
+    for fk in own {
+        for c in &fk.parent_cols {
+            if !carried.contains(&c) {
+                carried.push(c);
+            }
         }
     }
-    let list = |alias: &str, cols: &[&String]| {
+    let list = |alias: &str, cols: &[String]| {
         cols.iter()
             .map(|c| format!("{alias}.{}", quote_ident(c)))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let parent: Vec<&String> = fk.parent_cols.iter().collect();
-    let child: Vec<&String> = fk.child_cols.iter().collect();
-    let on = child
+    let carried: Vec<String> = carried.into_iter().cloned().collect();
+    let written = own
         .iter()
-        .zip(&parent)
-        .map(|(c, p)| format!("c.{} = d.{}", quote_ident(c), quote_ident(p)))
+        .map(|fk| {
+            format!(
+                "({}) IN (SELECT {} FROM {CHANGED} r)",
+                list("t0", &fk.child_cols),
+                list("r", &fk.parent_cols)
+            )
+        })
         .collect::<Vec<_>>()
-        .join(" AND ");
+        .join(" OR ");
+    let below = own
+        .iter()
+        .map(|fk| {
+            let on = fk
+                .child_cols
+                .iter()
+                .zip(&fk.parent_cols)
+                .map(|(c, p)| format!("c.{} = d.{}", quote_ident(c), quote_ident(p)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            format!("({on})")
+        })
+        .collect::<Vec<_>>()
+        .join(" OR ");
     format!(
         "SELECT {k} AS k FROM (WITH RECURSIVE d AS ( \
-           SELECT {first} FROM {watched} t0 \
-            WHERE ({child_t0}) IN (SELECT {parent_r} FROM {CHANGED} r) \
-           UNION SELECT {next} FROM {watched} c JOIN d ON {on}) \
+           SELECT {first} FROM {watched} t0 WHERE {written} \
+           UNION SELECT {next} FROM {watched} c JOIN d ON {below}) \
          SELECT * FROM d) d",
         k = row_key(key, "d"),
         first = list("t0", &carried),
         next = list("c", &carried),
-        child_t0 = list("t0", &child),
-        parent_r = list("r", &parent),
     )
 }
 
