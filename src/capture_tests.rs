@@ -2239,3 +2239,28 @@ fn a_tree_with_two_foreign_keys_to_itself_follows_the_parent() {
          https://www.example.com/manual/guide created"
     );
 }
+
+/// Two foreign keys to one related table (a main and a second category): a change to either
+/// category re-derives the articles, whichever key was declared first.
+#[pg_test]
+fn two_foreign_keys_to_one_related_table_are_both_followed() {
+    run("CREATE TABLE topics (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE stories (id int PRIMARY KEY, alt_topic int REFERENCES topics, \
+           main_topic int REFERENCES topics, slug text)",
+    );
+    run("INSERT INTO topics VALUES (1, 'news'), (2, 'sport')");
+    run("INSERT INTO stories VALUES (1, 2, 1, 'a')");
+    run(
+        "SELECT indexnow_watch('stories', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM topics t WHERE t.id = main_topic) || '/' || slug$$, \
+           related => '{topics}')",
+    );
+    pushed();
+    run("UPDATE topics SET slug = 'headlines' WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/headlines/a created\n\
+         https://www.example.com/news/a moved"
+    );
+}

@@ -20,7 +20,7 @@
 use super::statements::row_key;
 use crate::quote::quote_ident;
 use pgrx::prelude::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// Where the written rows' keys go in a `dependents` query: replaced by the trigger with a
 /// query over its transition tables.
@@ -86,16 +86,18 @@ pub fn plan(
             if *oid == watched {
                 return below(&keys, watched, &watched_name, key, label);
             }
-            let path = path(&keys, watched, *oid).ok_or_else(|| {
-                format!(
+            let paths = paths(&keys, watched, *oid);
+            if paths.is_empty() {
+                return Err(format!(
                     "related table {label} is not reachable from {} through foreign keys among \
                      the watched and related tables",
                     watched_name
-                )
-            })?;
+                ));
+            }
             // The dependents query joins along these keys as the extension's owner.
-            if path
+            if paths
                 .iter()
+                .flatten()
                 .any(|fk| !fk.types.iter().all(|t| super::owner::built_in(*t)))
             {
                 return Err(format!(
@@ -103,13 +105,56 @@ pub fn plan(
                      defined in the database: their columns must be of built-in types"
                 ));
             }
+            // Every path is followed (an article's main and second category, an author and an
+            // editor): a row reached by one its expressions do not read is derived for nothing.
+            let dependents = paths
+                .iter()
+                .map(|path| dependents(&watched_name, key, path, &names))
+                .collect::<Vec<_>>()
+                .join(" UNION ALL ");
             Ok(Relation {
                 table: *oid,
                 label: label.clone(),
-                dependents: dependents(&watched_name, key, &path, &names),
+                dependents,
             })
         })
         .collect()
+}
+
+/// At most this many paths from the watched table to one related table are followed.
+const PATHS_AT_MOST: usize = 16;
+
+/// Every chain of foreign keys from `from` (child) to `to` (parent) that passes no table twice,
+/// shortest first (at most [`PATHS_AT_MOST`]).
+fn paths(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Vec<Vec<ForeignKey>> {
+    fn walk(
+        keys: &[ForeignKey],
+        at: pg_sys::Oid,
+        to: pg_sys::Oid,
+        seen: &mut Vec<pg_sys::Oid>,
+        chain: &mut Vec<ForeignKey>,
+        found: &mut Vec<Vec<ForeignKey>>,
+    ) {
+        if at == to {
+            found.push(chain.clone());
+            return;
+        }
+        for fk in keys.iter().filter(|k| k.child == at) {
+            if seen.contains(&fk.parent) {
+                continue;
+            }
+            seen.push(fk.parent);
+            chain.push(fk.clone());
+            walk(keys, fk.parent, to, seen, chain, found);
+            chain.pop();
+            seen.pop();
+        }
+    }
+    let mut found = vec![];
+    walk(keys, from, to, &mut vec![from], &mut vec![], &mut found);
+    found.sort_by_key(Vec::len);
+    found.truncate(PATHS_AT_MOST);
+    found
 }
 
 /// The watched table as its own related table: a tree (a page and its parent page). A written
@@ -202,32 +247,6 @@ fn descendants(watched: &str, key: &[String], own: &[&ForeignKey]) -> String {
         first = list("t0", &carried),
         next = list("c", &carried),
     )
-}
-
-/// The shortest chain of foreign keys from `from` (child) to `to` (parent).
-fn path(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Option<Vec<ForeignKey>> {
-    let mut previous: HashMap<pg_sys::Oid, ForeignKey> = HashMap::new();
-    let mut queue = VecDeque::from([from]);
-    while let Some(at) = queue.pop_front() {
-        if at == to {
-            let mut chain = vec![];
-            let mut node = to;
-            while node != from {
-                let fk = previous[&node].clone();
-                node = fk.child;
-                chain.push(fk);
-            }
-            chain.reverse();
-            return Some(chain);
-        }
-        for fk in keys.iter().filter(|k| k.child == at) {
-            if fk.parent != from && !previous.contains_key(&fk.parent) {
-                previous.insert(fk.parent, fk.clone());
-                queue.push_back(fk.parent);
-            }
-        }
-    }
-    None
 }
 
 /// `SELECT jsonb_build_array(t0.key...) AS k FROM watched t0 JOIN ... WHERE (last hop's child
