@@ -2272,3 +2272,39 @@ fn two_foreign_keys_to_one_related_table_are_both_followed() {
          https://www.example.com/news/a moved"
     );
 }
+
+/// A partitioned tree, written straight to a partition: the pages below the written page are
+/// derived too, as for a write through the partitioned table.
+#[pg_test]
+fn a_partitioned_tree_written_through_a_partition_moves_the_pages_below() {
+    run(
+        "CREATE TABLE sites (site int, id int, parent int, slug text NOT NULL, \
+           PRIMARY KEY (site, id), \
+           FOREIGN KEY (site, parent) REFERENCES sites (site, id) ON DELETE CASCADE) \
+           PARTITION BY LIST (site)",
+    );
+    run("CREATE TABLE sites_1 PARTITION OF sites FOR VALUES IN (1)");
+    run(
+        "CREATE FUNCTION site_path(s int, page int) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, slug, depth) AS ( \
+             SELECT id, parent, slug, 0 FROM sites WHERE site = s AND id = page \
+             UNION ALL SELECT t.id, t.parent, t.slug, up.depth + 1 FROM sites t \
+                         JOIN up ON t.site = s AND t.id = up.parent) \
+             CYCLE id SET looped USING visited \
+           SELECT string_agg(slug, '/' ORDER BY depth DESC) FROM up WHERE NOT looped; END",
+    );
+    run("INSERT INTO sites VALUES (1, 1, NULL, 'x'), (1, 2, 1, 'y')");
+    run(
+        "SELECT indexnow_watch('sites', url_sql => $$'https://www.example.com/' || site || '/' || \
+           site_path(site, id)$$, related => '{sites}')",
+    );
+    pushed();
+    run("UPDATE sites_1 SET slug = 'z' WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/1/x moved\n\
+         https://www.example.com/1/x/y moved\n\
+         https://www.example.com/1/z created\n\
+         https://www.example.com/1/z/y created"
+    );
+}

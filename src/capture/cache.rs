@@ -124,11 +124,12 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
 }
 
 /// The columns whose change re-derives no related watch's rows: none, unless every relation
-/// reading the written table is a watch's tree of its own rows (`super::related`), whose
-/// ignored columns are ignored for the rows below a written row too.
-fn ignored_by_every_relation(relations: &[Relation], written: pg_sys::Oid) -> Vec<String> {
+/// reading the written table is a watch's tree of its own rows (`super::related`; `watched`: the
+/// written table, or the watched table above the partition written), whose ignored columns are
+/// ignored for the rows below a written row too.
+fn ignored_by_every_relation(relations: &[Relation], watched: pg_sys::Oid) -> Vec<String> {
     let mut each = relations.iter().map(|r| {
-        if r.watch.oid == written {
+        if r.watch.oid == watched {
             r.watch.ignore.clone()
         } else {
             vec![]
@@ -155,7 +156,12 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
             watched = above;
         }
     }
-    let dependents = related::of_table(&ext, written);
+    let mut dependents = related::of_table(&ext, written);
+    // A partition (or child) of a watched table written directly: its rows are the watched
+    // table's, for the watches that read that table as a related one too (its own tree).
+    if watched != written {
+        dependents.extend(related::of_table(&ext, watched));
+    }
     let watches_reading =
         derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());
     let relations: Vec<Relation> = dependents
@@ -185,7 +191,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let (primary_key, attributes) =
         unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
     let mut ignores: Vec<Vec<String>> = watches.iter().map(|w| w.ignore.clone()).collect();
-    ignores.push(ignored_by_every_relation(&relations, written));
+    ignores.push(ignored_by_every_relation(&relations, watched));
     let computed_from = virtual_sources(written, &attributes);
     let compared = ignores
         .iter()
