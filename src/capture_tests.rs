@@ -2308,3 +2308,26 @@ fn a_partitioned_tree_written_through_a_partition_moves_the_pages_below() {
          https://www.example.com/1/z/y created"
     );
 }
+
+/// A table dropped and made again with its pages, watched again: the removals the drop queued
+/// are not left to go out for pages that are live again (the new watch's baseline does not take
+/// a URL search engines are owed the removal of as known), and a page whose removal was sent is
+/// announced again.
+#[pg_test]
+fn a_table_made_again_and_watched_again_takes_back_the_removals_of_live_pages() {
+    run("CREATE TABLE again (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO again VALUES (1, 'x1'), (2, 'x2')");
+    run("SELECT indexnow_watch('again', url => 'https://www.example.com/{slug}')");
+    pushed();
+    run("DROP TABLE again");
+    run("UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = clock_timestamp() WHERE url LIKE '%x2'");
+    run("CREATE TABLE again (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO again VALUES (1, 'x1'), (2, 'x2'), (3, 'x3')");
+    run("SELECT indexnow_watch('again', url => 'https://www.example.com/{slug}')");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/x1 changed\n\
+         https://www.example.com/x2 created"
+    );
+}

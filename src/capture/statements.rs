@@ -441,12 +441,21 @@ impl WatchDefinition {
         )
     }
 
+    /// A new watch's baseline: its rows public now taken as known to search engines. Not a
+    /// row whose URL the queue holds as removed, or owed a removal (a table dropped and made
+    /// again, a page unwatched and watched again): search engines were told otherwise, and the
+    /// first column counts those rows, which `indexnow_watch()` then derives as any write.
     fn baseline(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
+        let removals = removal_list();
         format!(
             "WITH {rows}, {current}, \
-             pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL), \
+             told AS (SELECT c.* FROM c WHERE c.url_hash IS NOT NULL AND EXISTS ( \
+                        SELECT FROM {ext}.indexnow_urls u WHERE u.url_hash = c.url_hash \
+                           AND (u.reason IN ({removals}) OR u.settled_reason IN ({removals})))), \
+             pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL \
+                      AND url_hash NOT IN (SELECT url_hash FROM told)), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources \
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
@@ -468,7 +477,7 @@ impl WatchDefinition {
                  FROM urls \
                ON CONFLICT (url_hash) DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id) \
                RETURNING 1) \
-             SELECT 0::bigint, 0::bigint, 0::bigint, \
+             SELECT (SELECT count(*) FROM told), 0::bigint, 0::bigint, \
                     (SELECT count(*) FROM c WHERE problem IS NOT NULL), \
                     (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ') \
                        FROM (SELECT row_key, problem FROM c WHERE problem IS NOT NULL \

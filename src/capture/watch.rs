@@ -758,10 +758,16 @@ fn record_baseline(ext: &str, watch: derive::Watch, all: String, keys: String, l
     let baseline = derive::Watch {
         derive_keys: keys,
         derive_all: all,
-        ..watch
+        ..watch.clone()
     };
-    derive::derive(&baseline, Rows::All, Reason::Gone)
+    let (recorded, _) = derive::derive(&baseline, Rows::All, Reason::Gone)
         .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
+    // Rows whose URL search engines were told is removed (or is owed a removal) are not taken
+    // as known: derived as a write of them would be (they are announced again).
+    if recorded.created > 0 {
+        derive::derive(&watch, Rows::All, Reason::Gone)
+            .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
+    }
     // The baseline may have written many rows: give the planner their statistics now rather
     // than at autovacuum's next look.
     spi(

@@ -165,9 +165,15 @@ FROM dropped);
 WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
 FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), told AS (SELECT c.*
 FROM c
-WHERE url_hash IS NOT NULL), kept AS (
+WHERE c.url_hash IS NOT NULL AND EXISTS (
+SELECT
+FROM "public".indexnow_urls u
+WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
+FROM c
+WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
+FROM told)), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
 SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
 FROM pub
@@ -183,7 +189,8 @@ FROM urls
 ON CONFLICT (url_hash)
 DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id)
 RETURNING 1)
-SELECT 0::bigint, 0::bigint, 0::bigint, (SELECT count(*)
+SELECT (SELECT count(*)
+FROM told), 0::bigint, 0::bigint, (SELECT count(*)
 FROM c
 WHERE problem IS NOT NULL), (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ')
 FROM (SELECT row_key, problem
@@ -200,9 +207,15 @@ FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
 FROM w
 WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), pub AS (SELECT *
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), told AS (SELECT c.*
 FROM c
-WHERE url_hash IS NOT NULL), kept AS (
+WHERE c.url_hash IS NOT NULL AND EXISTS (
+SELECT
+FROM "public".indexnow_urls u
+WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
+FROM c
+WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
+FROM told)), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
 SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
 FROM pub
@@ -218,7 +231,8 @@ FROM urls
 ON CONFLICT (url_hash)
 DO UPDATE SET watch_id = coalesce(u.watch_id, excluded.watch_id)
 RETURNING 1)
-SELECT 0::bigint, 0::bigint, 0::bigint, (SELECT count(*)
+SELECT (SELECT count(*)
+FROM told), 0::bigint, 0::bigint, (SELECT count(*)
 FROM c
 WHERE problem IS NOT NULL), (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ')
 FROM (SELECT row_key, problem
