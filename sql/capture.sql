@@ -121,9 +121,11 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
 -- DDL seen before it runs (src/capture/before_ddl.rs; only C is given the statement): a column of a
 -- watched table renamed renames it in the templates and ignore lists that name it (the end of the
 -- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
--- dropped records a whole-table change set for the table above it.
+-- dropped records a whole-table change set for the table above it. Not SECURITY DEFINER: the
+-- statement's names are resolved with the user's search_path; the function then switches to the
+-- extension's owner itself.
 CREATE FUNCTION _indexnow_before_ddl() RETURNS event_trigger
-LANGUAGE c SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE')

@@ -16,6 +16,18 @@ BEGIN
 END
 $check$;
 
+-- 0.3.0 is created only in a UTF8 database (sql/schema.sql): an upgraded database in another
+-- encoding keeps working as it did, and is told.
+DO $encoding$
+BEGIN
+    IF pg_catalog.getdatabaseencoding() <> 'UTF8' THEN
+        RAISE WARNING 'indexnow needs a database in the UTF8 encoding; this one is %: a key or '
+                      'slug outside ASCII fails the write that saves it', pg_catalog.getdatabaseencoding()
+            USING HINT = 'Move the site into a database created with ENCODING ''UTF8''.';
+    END IF;
+END
+$encoding$;
+
 -- Each backend keeps what the capture trigger knows about a watched table (src/capture/cache.rs);
 -- a write to the watch tables tells every backend to read them again. Made first, so that this
 -- script's own writes to indexnow_watches (the statements rewritten below) reach the backends
@@ -155,9 +167,11 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
 -- DDL seen before it runs (src/capture/before_ddl.rs; only C is given the statement): a column of a
 -- watched table renamed renames it in the templates and ignore lists that name it (the end of the
 -- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
--- dropped records a whole-table change set for the table above it.
+-- dropped records a whole-table change set for the table above it. Not SECURITY DEFINER: the
+-- statement's names are resolved with the user's search_path; the function then switches to the
+-- extension's owner itself.
 CREATE FUNCTION @extschema@._indexnow_before_ddl() RETURNS event_trigger
-LANGUAGE c SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE')

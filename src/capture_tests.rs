@@ -2331,3 +2331,44 @@ fn a_table_made_again_and_watched_again_takes_back_the_removals_of_live_pages() 
          https://www.example.com/x2 created"
     );
 }
+
+/// A column renamed in a table reached through the writer's search_path (not the extension's):
+/// the template follows all the same.
+#[pg_test]
+fn a_column_renamed_through_the_writers_search_path_is_followed() {
+    run("CREATE SCHEMA shelf2");
+    run("CREATE TABLE shelf2.items (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('shelf2.items', url => 'https://www.example.com/{slug}')");
+    run("SET LOCAL search_path = shelf2");
+    run("ALTER TABLE items RENAME COLUMN slug TO path");
+    run("RESET search_path");
+    assert_eq!(
+        text("SELECT pattern FROM indexnow_watches"),
+        Some("https://www.example.com/{path}".into())
+    );
+}
+
+/// Following a rename never fails the user's ALTER: two watches whose templates would become
+/// one pattern leave the ALTER to succeed, with a WARNING.
+#[pg_test]
+fn a_rename_the_watches_cannot_follow_still_succeeds() {
+    run("CREATE TABLE twins (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('twins', url => 'https://www.example.com/{ id }/{slug}')");
+    run("SELECT indexnow_watch('twins', url => 'https://www.example.com/{id}/{slug}')");
+    run("ALTER TABLE twins RENAME COLUMN slug TO s2");
+    assert_eq!(
+        count("SELECT count(*) FROM pg_attribute WHERE attrelid = 'twins'::regclass AND attname = 's2'"),
+        1
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "related table pg_temp")]
+fn a_temporary_related_table_is_refused() {
+    run("CREATE TEMPORARY TABLE tmp_cats (id int PRIMARY KEY, slug text)");
+    run("CREATE TABLE tmp_posts (id int PRIMARY KEY, cat int, slug text)");
+    run(
+        "SELECT indexnow_watch('tmp_posts', url => 'https://www.example.com/{slug}', \
+           related => '{tmp_cats}')",
+    );
+}

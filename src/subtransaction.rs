@@ -15,6 +15,8 @@ use pgrx::prelude::*;
 /// An ERROR caught by [`run`].
 pub struct Failure {
     pub message: String,
+    /// Its SQLSTATE, for raising it again as it was.
+    pub code: PgSqlErrorCode,
     /// Not the work's fault and gone if it is tried again (a deadlock, a serialization failure,
     /// a lock timeout, memory or disk running out): the work must not be given up for it.
     pub transient: bool,
@@ -57,6 +59,7 @@ pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, Failure> {
             }
             Failure {
                 message: report.message().to_string(),
+                code,
                 transient: matches!(
                     code,
                     PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE

@@ -38,12 +38,45 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     if parsetree.is_null() || crate::extension::version_mismatch().is_some() {
         return pg_sys::Datum::from(0);
     }
-    if pgrx::is_a(parsetree, pg_sys::NodeTag::T_RenameStmt) {
-        column_renamed(&*(parsetree as *mut pg_sys::RenameStmt));
+    // The statement's names are resolved here, as the user who runs it and with the user's
+    // search_path (this function is not SECURITY DEFINER); the extension's part then runs as
+    // its owner.
+    let seen = if pgrx::is_a(parsetree, pg_sys::NodeTag::T_RenameStmt) {
+        column_renamed(&*(parsetree as *mut pg_sys::RenameStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_DropStmt) {
-        tables_dropped(&*(parsetree as *mut pg_sys::DropStmt));
+        tables_dropped(&*(parsetree as *mut pg_sys::DropStmt))
+    } else {
+        None
+    };
+    let Some(seen) = seen else {
+        return pg_sys::Datum::from(0);
+    };
+    let ext = crate::extension::schema();
+    // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
+    // the watch could not follow).
+    let done = crate::subtransaction::run(|| {
+        super::owner::as_extension_owner(&ext, || match &seen {
+            Seen::Renamed { table, old, new } => follow_rename(&ext, *table, old, new),
+            Seen::Dropped(tables) => follow_drops(&ext, tables),
+        })
+    });
+    if let Err(failure) = done {
+        warning!(
+            "indexnow: could not follow this statement: {}",
+            failure.message
+        );
     }
     pg_sys::Datum::from(0)
+}
+
+/// What a statement does that the watches follow, with its tables resolved.
+enum Seen {
+    Renamed {
+        table: pg_sys::Oid,
+        old: String,
+        new: String,
+    },
+    Dropped(Vec<pg_sys::Oid>),
 }
 
 /// The table a statement names, if it exists.
@@ -58,36 +91,40 @@ unsafe fn relation_of(relation: *mut pg_sys::RangeVar) -> Option<pg_sys::Oid> {
     (table != pg_sys::InvalidOid).then_some(table)
 }
 
-unsafe fn column_renamed(rename: &pg_sys::RenameStmt) {
+unsafe fn column_renamed(rename: &pg_sys::RenameStmt) -> Option<Seen> {
     if rename.renameType != pg_sys::ObjectType::OBJECT_COLUMN
         || rename.relation.is_null()
         || rename.subname.is_null()
         || rename.newname.is_null()
     {
-        return;
+        return None;
     }
-    let Some(table) = relation_of(rename.relation) else {
-        return;
-    };
-    let old = CStr::from_ptr(rename.subname)
-        .to_string_lossy()
-        .into_owned();
-    let new = CStr::from_ptr(rename.newname)
-        .to_string_lossy()
-        .into_owned();
-    follow_rename(table, &old, &new);
+    Some(Seen::Renamed {
+        table: relation_of(rename.relation)?,
+        old: CStr::from_ptr(rename.subname)
+            .to_string_lossy()
+            .into_owned(),
+        new: CStr::from_ptr(rename.newname)
+            .to_string_lossy()
+            .into_owned(),
+    })
 }
 
-unsafe fn tables_dropped(drop: &pg_sys::DropStmt) {
+unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
     if drop.removeType != pg_sys::ObjectType::OBJECT_TABLE || drop.objects.is_null() {
-        return;
+        return None;
     }
-    let ext = crate::extension::schema();
     let names = pgrx::PgList::<pg_sys::List>::from_pg(drop.objects);
-    for name in names.iter_ptr() {
-        let Some(table) = relation_of(pg_sys::makeRangeVarFromNameList(name)) else {
-            continue;
-        };
+    let tables: Vec<pg_sys::Oid> = names
+        .iter_ptr()
+        .filter_map(|name| relation_of(pg_sys::makeRangeVarFromNameList(name)))
+        .collect();
+    (!tables.is_empty()).then_some(Seen::Dropped(tables))
+}
+
+/// Each dropped table under a watched table: a whole-table change set for the table above.
+fn follow_drops(ext: &str, tables: &[pg_sys::Oid]) {
+    for &table in tables {
         // A watched table's own drop is followed at its end (`super::dropped`).
         let own = crate::plan_cache::get_one::<bool>(
             &format!(
@@ -100,8 +137,8 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) {
         if own == Some(true) {
             continue;
         }
-        if let Some(above) = super::partitions::watched_ancestor(&ext, table) {
-            super::change_sets::record_whole_table(&ext, above, None);
+        if let Some(above) = super::partitions::watched_ancestor(ext, table) {
+            super::change_sets::record_whole_table(ext, above, None);
             crate::wake::worker_at_commit();
         }
     }
@@ -118,8 +155,7 @@ pub extern "C" fn pg_finfo_indexnow_before_ddl_wrapper() -> &'static pg_sys::Pg_
 type Names = (i32, Option<String>, Vec<String>, Option<Vec<String>>);
 
 /// Renames `old` to `new` in the templates and ignore lists of the watches of `table`.
-fn follow_rename(table: pg_sys::Oid, old: &str, new: &str) {
-    let ext = crate::extension::schema();
+fn follow_rename(ext: &str, table: pg_sys::Oid, old: &str, new: &str) {
     let watches: Vec<Names> = Spi::connect(|client| {
         client
             .select(

@@ -113,7 +113,8 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     }
 }
 
-/// After an `ALTER TABLE` of `table`, the watches that read it as a related table: made again
+/// After an `ALTER TABLE` of `table`, the watches of other tables that read it as a related table
+/// (a tree's own watch is followed as the watched table's): made again
 /// (their dependents queries name the tables of the path: a rename must not break them), and a
 /// whole-table change set recorded for each (an ALTER can rewrite the values their URLs read,
 /// `ALTER COLUMN ... TYPE ... USING`, without firing a trigger).
@@ -124,8 +125,9 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
                 &format!(
                     "SELECT w.tbl::pg_catalog.oid, pg_catalog.array_agg(w.id ORDER BY w.id) \
                        FROM {ext}.indexnow_watches w \
-                      WHERE w.active AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
-                                                  WHERE r.watch_id = w.id AND r.tbl = $1::pg_catalog.oid::pg_catalog.regclass) \
+                      WHERE w.active AND w.tbl <> $1::pg_catalog.oid::pg_catalog.regclass \
+                        AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                     WHERE r.watch_id = w.id AND r.tbl = $1::pg_catalog.oid::pg_catalog.regclass) \
                       GROUP BY 1 ORDER BY 1"
                 ),
                 None,

@@ -308,6 +308,10 @@ fn capture_dependents(
         let keys = match found {
             Ok(Some(JsonB(keys))) => keys,
             Ok(None) => continue,
+            // A deadlock or serialization failure is the writer's to retry, as without indexnow.
+            Err(failure) if failure.transient => {
+                ereport!(ERROR, failure.code, failure.message);
+            }
             Err(failure) => {
                 dependents_failed(data, watch, &failure);
                 change_sets::record_whole_table(ext, watch.oid, Some(vec![watch.id]));

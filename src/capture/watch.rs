@@ -221,13 +221,13 @@ fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
 /// runs with its own), as `schema.table`; refused, as the watched table is, where row-level
 /// security would hide its rows from the caller.
 fn related_table(name: &str) -> String {
-    let found: Option<(String, String, bool)> = spi(
+    let found: Option<(String, String, bool, bool)> = spi(
         "reading a related table",
         Spi::connect(|client| {
             let t = client.select(
                 "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), \
                         pg_catalog.format('%s.%s', n.nspname, c.relname), \
-                        pg_catalog.row_security_active(c.oid) \
+                        pg_catalog.row_security_active(c.oid), c.relpersistence = 't' \
                    FROM pg_catalog.pg_class c \
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                   WHERE c.oid = pg_catalog.to_regclass($1)",
@@ -242,12 +242,18 @@ fn related_table(name: &str) -> String {
                 r.get::<String>(1)?.unwrap_or_default(),
                 r.get::<String>(2)?.unwrap_or_default(),
                 r.get::<bool>(3)?.unwrap_or(false),
+                r.get::<bool>(4)?.unwrap_or(false),
             )))
         }),
     );
-    let Some((qualified, label, row_security)) = found else {
+    let Some((qualified, label, row_security, temporary)) = found else {
         watch_error(format!("related table \"{name}\" does not exist"));
     };
+    if temporary {
+        watch_error(format!(
+            "related table {label} is a temporary table: the workers that derive cannot read it"
+        ));
+    }
     if row_security {
         watch_error(format!(
             "row-level security applies to role {} on related table {label}: a watch reads \
