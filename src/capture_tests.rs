@@ -2363,7 +2363,7 @@ fn a_rename_the_watches_cannot_follow_still_succeeds() {
 }
 
 #[pg_test]
-#[should_panic(expected = "related table pg_temp")]
+#[should_panic(expected = "is a temporary table: the workers that derive cannot read it")]
 fn a_temporary_related_table_is_refused() {
     run("CREATE TEMPORARY TABLE tmp_cats (id int PRIMARY KEY, slug text)");
     run("CREATE TABLE tmp_posts (id int PRIMARY KEY, cat int, slug text)");
