@@ -2309,6 +2309,89 @@ fn a_partitioned_tree_written_through_a_partition_moves_the_pages_below() {
     );
 }
 
+/// A tree with another related table: a section set on a top page and inherited below it through
+/// a function; a change to the section moves the top page and every page below it.
+#[pg_test]
+fn a_tree_moves_the_pages_below_those_another_related_table_moves() {
+    run("CREATE TABLE sections (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE tree (id int PRIMARY KEY, parent int REFERENCES tree ON DELETE CASCADE, \
+           section int REFERENCES sections, slug text NOT NULL)",
+    );
+    run(
+        "CREATE FUNCTION tree_at(page int, OUT path text, OUT section text) LANGUAGE sql STABLE \
+         BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, section, slug, depth) AS ( \
+             SELECT id, parent, section, slug, 0 FROM tree WHERE id = page \
+             UNION ALL SELECT t.id, t.parent, t.section, t.slug, up.depth + 1 FROM tree t \
+                         JOIN up ON t.id = up.parent) \
+             CYCLE id SET looped USING visited \
+           SELECT string_agg(up.slug, '/' ORDER BY depth DESC), \
+                  (SELECT s.slug FROM up u JOIN sections s ON s.id = u.section \
+                    ORDER BY u.depth LIMIT 1) \
+             FROM up WHERE NOT looped; END",
+    );
+    run("INSERT INTO sections VALUES (1, 'docs'), (2, 'blog')");
+    run(
+        "INSERT INTO tree VALUES (1, NULL, 1, 'guide'), (2, 1, NULL, 'intro'), \
+           (3, 2, NULL, 'setup'), (4, NULL, 2, 'news')",
+    );
+    run(
+        "SELECT indexnow_watch('tree', url_sql => $$'https://www.example.com/' || \
+           (tree_at(id)).section || '/' || (tree_at(id)).path$$, related => '{tree,sections}')",
+    );
+    pushed();
+    run("UPDATE sections SET slug = 'manual' WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/docs/guide moved\n\
+         https://www.example.com/docs/guide/intro moved\n\
+         https://www.example.com/docs/guide/intro/setup moved\n\
+         https://www.example.com/manual/guide created\n\
+         https://www.example.com/manual/guide/intro created\n\
+         https://www.example.com/manual/guide/intro/setup created"
+    );
+}
+
+/// A partitioned related table written straight to a partition, one there when the watch was
+/// made and one attached after: the watched rows that read the written rows are derived as for a
+/// write through the partitioned table; unwatching takes the triggers off every partition.
+#[pg_test]
+fn a_partitioned_related_table_written_through_a_partition_moves_the_pages() {
+    run("CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NULL) PARTITION BY RANGE (id)");
+    run("CREATE TABLE shelves_low PARTITION OF shelves FOR VALUES FROM (0) TO (100)");
+    run("CREATE TABLE books (id int PRIMARY KEY, shelf int REFERENCES shelves, slug text)");
+    run("INSERT INTO shelves VALUES (1, 'poems')");
+    run("INSERT INTO books VALUES (1, 1, 'odes')");
+    run(
+        "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
+           related => '{shelves}')",
+    );
+    run("CREATE TABLE shelves_high PARTITION OF shelves FOR VALUES FROM (100) TO (200)");
+    run("INSERT INTO shelves VALUES (100, 'novels')");
+    run("INSERT INTO books VALUES (2, 100, 'epic')");
+    pushed();
+    run("UPDATE shelves_low SET slug = 'verse'");
+    run("UPDATE shelves_high SET slug = 'prose'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/novels/epic moved\n\
+         https://www.example.com/poems/odes moved\n\
+         https://www.example.com/prose/epic created\n\
+         https://www.example.com/verse/odes created"
+    );
+    run("SELECT indexnow_unwatch('books')");
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
+              AND tgrelid IN ('shelves'::regclass, 'shelves_low'::regclass, \
+                              'shelves_high'::regclass, 'books'::regclass)"
+        ),
+        0
+    );
+}
+
 /// A table dropped and made again with its pages, watched again: the removals the drop queued
 /// are not left to go out for pages that are live again (the new watch's baseline does not take
 /// a URL search engines are owed the removal of as known), and a page whose removal was sent is

@@ -157,10 +157,15 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
         }
     }
     let mut dependents = related::of_table(&ext, written);
-    // A partition (or child) of a watched table written directly: its rows are the watched
-    // table's, for the watches that read that table as a related one too (its own tree).
-    if watched != written {
-        dependents.extend(related::of_table(&ext, watched));
+    // A partition (or child) written directly: its rows are those of the tables above it, for
+    // the watches that read one of them as a related table (a partitioned category table, or a
+    // partitioned tree's own watch).
+    for above in partitions::ancestors(written) {
+        let reading = related::of_table(&ext, above);
+        if !reading.is_empty() {
+            depend_on(above);
+            dependents.extend(reading);
+        }
     }
     let watches_reading =
         derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());

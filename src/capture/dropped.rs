@@ -69,7 +69,10 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
         table,
     );
     let removed = vacate_inactive(&ext, table, Reason::Deleted);
-    for r in related {
+    for r in related
+        .into_iter()
+        .flat_map(super::partitions::with_descendants)
+    {
         drop_triggers_if_unused(&ext, r);
     }
     notice!(

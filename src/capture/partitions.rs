@@ -1,4 +1,4 @@
-//! Partitions and inheritance children of a watched table.
+//! Partitions and inheritance children of a watched or related table.
 //!
 //! A statement that names a partitioned (or inherited) table fires that table's statement
 //! triggers, with the rows of every partition it touched in the transition tables; a statement
@@ -6,7 +6,8 @@
 //! the watched table and on every table below it, and a trigger on a table below derives (or
 //! records) its rows for the watched table above it: the watch reads the watched table, which
 //! includes them. `TRUNCATE ONLY parent` leaves the children's rows, and the derivation of the whole
-//! table sees them still there.
+//! table sees them still there. So too below a related table: a partition's written rows find the
+//! watched rows that reference them with the relation of the related table above it.
 //!
 //! A table that joins or leaves the tree later (`CREATE TABLE ... PARTITION OF`, `ATTACH` and
 //! `DETACH PARTITION`, `ALTER TABLE ... [NO] INHERIT`) is seen by an event trigger at the end of
@@ -32,6 +33,33 @@ pub fn watched_ancestor(ext: &str, table: pg_sys::Oid) -> Option<pg_sys::Oid> {
     );
     crate::plan_cache::get_one::<pg_sys::Oid>(&sql, &[table.into()])
         .unwrap_or_else(|e| error!("indexnow: looking for a watched parent table: {e}"))
+}
+
+/// The tables above `table`, nearest first.
+pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE up(oid, depth) AS ( \
+                   SELECT i.inhparent, 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = $1 \
+                   UNION ALL \
+                   SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
+                     JOIN up ON i.inhrelid = up.oid) \
+                 SELECT oid FROM up ORDER BY depth",
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: listing the tables above a partition: {e}"))
+}
+
+/// `table` and every table below it.
+pub fn with_descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut all = vec![table];
+    all.extend(descendants(table));
+    all
 }
 
 /// Every table below `table`.
@@ -90,6 +118,12 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             super::watch::follow_alter_table(&ext, *w);
             super::change_sets::record_whole_table(&ext, *w, None);
             crate::wake::worker_at_commit();
+        }
+    }
+    // The partitions of related tables too: a write straight to one fires only its own triggers.
+    for r in related_tables_above(&ext, table) {
+        for d in descendants(r) {
+            triggers::install(&ext, &triggers::table_qualified(d));
         }
     }
     if tag == "ALTER TABLE" {
@@ -167,8 +201,33 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     )
     .unwrap_or_else(|e| error!("indexnow: removing the capture triggers: {e}"))
     .unwrap_or(true);
-    if used || watched_ancestor(ext, table).is_some() {
+    if used
+        || watched_ancestor(ext, table).is_some()
+        || !related_tables_above(ext, table).is_empty()
+    {
         return;
     }
     triggers::drop(&triggers::table_qualified(table));
+}
+
+/// The tables at or above `table` (a partition or inheritance child) that active watches read as
+/// related tables, the watched table's own tree included.
+fn related_tables_above(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut tables = vec![table];
+    tables.extend(ancestors(table));
+    Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
+                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                      WHERE w.active AND r.tbl::pg_catalog.oid = ANY ($1)"
+                ),
+                None,
+                &[tables.into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the related tables above a table: {e}"))
 }

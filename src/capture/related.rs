@@ -80,11 +80,14 @@ pub fn plan(
     let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
     let names: HashMap<pg_sys::Oid, String> = tables.iter().map(|t| (t.0, t.1.clone())).collect();
     let watched_name = super::triggers::table_qualified(watched);
-    tables
+    let relations = tables
         .iter()
         .map(|(oid, _, label)| {
             if *oid == watched {
-                return below(&keys, watched, &watched_name, key, label);
+                return Ok(Related {
+                    relation: below(&keys, watched, &watched_name, key, label)?,
+                    rows: String::new(),
+                });
             }
             let paths = paths(&keys, watched, *oid);
             if paths.is_empty() {
@@ -107,18 +110,50 @@ pub fn plan(
             }
             // Every path is followed (an article's main and second category, an author and an
             // editor): a row reached by one its expressions do not read is derived for nothing.
-            let dependents = paths
-                .iter()
-                .map(|path| dependents(&watched_name, key, path, &names))
-                .collect::<Vec<_>>()
-                .join(" UNION ALL ");
-            Ok(Relation {
-                table: *oid,
-                label: label.clone(),
-                dependents,
+            let found = |select: &str| {
+                paths
+                    .iter()
+                    .map(|path| dependents(&watched_name, select, path, &names))
+                    .collect::<Vec<_>>()
+                    .join(" UNION ALL ")
+            };
+            Ok(Related {
+                relation: Relation {
+                    table: *oid,
+                    label: label.clone(),
+                    dependents: found(&format!("{} AS k", row_key(key, "t0"))),
+                },
+                rows: found("t0.*"),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    // In a tree, the pages found through another related table take the pages below them along
+    // (a section set on a top page and inherited by its subtree).
+    let tree = relations
+        .iter()
+        .find(|r| r.relation.table == watched)
+        .map(|r| r.relation.dependents.clone());
+    Ok(relations
+        .into_iter()
+        .map(|r| match &tree {
+            Some(below) if r.relation.table != watched => Relation {
+                dependents: format!(
+                    "SELECT a.k FROM ({}) a UNION ALL {}",
+                    r.relation.dependents,
+                    below.replace(CHANGED, &format!("({})", r.rows))
+                ),
+                ..r.relation
+            },
+            _ => r.relation,
+        })
+        .collect())
+}
+
+/// A relation as planned, with the query of the watched rows themselves (not their keys) that
+/// reference the written rows: a tree's pages below them are found from those.
+struct Related {
+    relation: Relation,
+    rows: String,
 }
 
 /// At most this many paths from the watched table to one related table are followed.
@@ -249,11 +284,12 @@ fn descendants(watched: &str, key: &[String], own: &[&ForeignKey]) -> String {
     )
 }
 
-/// `SELECT jsonb_build_array(t0.key...) AS k FROM watched t0 JOIN ... WHERE (last hop's child
-/// columns) IN (SELECT parent columns FROM indexnow_changed_rows r)`.
+/// `SELECT select FROM watched t0 JOIN ... WHERE (last hop's child columns) IN (SELECT parent
+/// columns FROM indexnow_changed_rows r)`: `select` is the keys
+/// (`jsonb_build_array(t0.key...) AS k`) or the rows (`t0.*`).
 fn dependents(
     watched: &str,
-    key: &[String],
+    select: &str,
     path: &[ForeignKey],
     names: &HashMap<pg_sys::Oid, String>,
 ) -> String {
@@ -277,8 +313,7 @@ fn dependents(
     let last = path.last().expect("a path has a foreign key");
     let n = path.len() - 1;
     format!(
-        "SELECT {k} AS k FROM {from} WHERE ({child}) IN (SELECT {parent} FROM {CHANGED} r)",
-        k = row_key(key, "t0"),
+        "SELECT {select} FROM {from} WHERE ({child}) IN (SELECT {parent} FROM {CHANGED} r)",
         child = cols(&format!("t{n}"), &last.child_cols),
         parent = cols("r", &last.parent_cols),
     )

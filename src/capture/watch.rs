@@ -706,12 +706,14 @@ fn install_triggers(
     watch_id: i32,
     related: Option<Vec<String>>,
 ) {
+    let mut tables = super::partitions::with_descendants(oid);
     for r in store_relations(ext, caller, oid, table, watch_id, related) {
-        triggers::install(ext, &triggers::table_qualified(r));
+        tables.extend(super::partitions::with_descendants(r));
     }
-    triggers::install(ext, &table.qualified);
-    for d in super::partitions::descendants(oid) {
-        triggers::install(ext, &triggers::table_qualified(d));
+    tables.sort_unstable_by_key(|t| t.to_u32());
+    tables.dedup();
+    for t in tables {
+        triggers::install(ext, &triggers::table_qualified(t));
     }
 }
 
@@ -824,13 +826,12 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    super::partitions::drop_triggers_if_unused(ext, oid);
-    for d in super::partitions::descendants(oid) {
-        super::partitions::drop_triggers_if_unused(ext, d);
+    let mut tables = super::partitions::with_descendants(oid);
+    for r in related::tables_of_ended_watches(ext, oid) {
+        tables.extend(super::partitions::with_descendants(r));
     }
-    let related = related::tables_of_ended_watches(ext, oid);
-    for r in related {
-        super::partitions::drop_triggers_if_unused(ext, r);
+    for t in tables {
+        super::partitions::drop_triggers_if_unused(ext, t);
     }
 }
 
