@@ -159,35 +159,31 @@ struct Related {
 /// At most this many paths from the watched table to one related table are followed.
 const PATHS_AT_MOST: usize = 16;
 
-/// Every chain of foreign keys from `from` (child) to `to` (parent) that passes no table twice,
-/// shortest first (at most [`PATHS_AT_MOST`]).
+/// The chains of foreign keys from `from` (child) to `to` (parent) that pass no table twice,
+/// shortest first, at most [`PATHS_AT_MOST`]. Searched breadth first, so a dense graph of foreign
+/// keys among many related tables is not walked to its end (its simple paths grow as a factorial).
 fn paths(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Vec<Vec<ForeignKey>> {
-    fn walk(
-        keys: &[ForeignKey],
-        at: pg_sys::Oid,
-        to: pg_sys::Oid,
-        seen: &mut Vec<pg_sys::Oid>,
-        chain: &mut Vec<ForeignKey>,
-        found: &mut Vec<Vec<ForeignKey>>,
-    ) {
-        if at == to {
-            found.push(chain.clone());
-            return;
-        }
-        for fk in keys.iter().filter(|k| k.child == at) {
-            if seen.contains(&fk.parent) {
-                continue;
-            }
-            seen.push(fk.parent);
-            chain.push(fk.clone());
-            walk(keys, fk.parent, to, seen, chain, found);
-            chain.pop();
-            seen.pop();
-        }
-    }
     let mut found = vec![];
-    walk(keys, from, to, &mut vec![from], &mut vec![], &mut found);
-    found.sort_by_key(Vec::len);
+    let mut chains: Vec<(pg_sys::Oid, Vec<&ForeignKey>)> = vec![(from, vec![])];
+    while !chains.is_empty() && found.len() < PATHS_AT_MOST {
+        let mut longer = vec![];
+        for (at, chain) in chains {
+            for fk in keys.iter().filter(|k| k.child == at) {
+                let seen = fk.parent == from || chain.iter().any(|c| c.parent == fk.parent);
+                if seen {
+                    continue;
+                }
+                let mut next = chain.clone();
+                next.push(fk);
+                if fk.parent == to {
+                    found.push(next.into_iter().cloned().collect());
+                } else if longer.len() < PATHS_AT_MOST * keys.len() {
+                    longer.push((fk.parent, next));
+                }
+            }
+        }
+        chains = longer;
+    }
     found.truncate(PATHS_AT_MOST);
     found
 }
@@ -409,4 +405,40 @@ pub fn tables_of_ended_watches(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the related tables of ended watches: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{paths, ForeignKey, PATHS_AT_MOST};
+    use pgrx::pg_sys::Oid;
+
+    fn fk(child: u32, parent: u32) -> ForeignKey {
+        ForeignKey {
+            child: Oid::from(child),
+            child_cols: vec![format!("to_{parent}")],
+            parent: Oid::from(parent),
+            parent_cols: vec!["id".into()],
+            types: vec![],
+        }
+    }
+
+    #[test]
+    fn paths_are_found_shortest_first_and_the_search_ends_on_a_dense_graph() {
+        // Every one of 16 tables references every other: about 10^12 simple paths from 1 to 2.
+        let keys: Vec<ForeignKey> = (1..=16)
+            .flat_map(|a| (1..=16).filter(move |b| *b != a).map(move |b| fk(a, b)))
+            .collect();
+        let found = paths(&keys, Oid::from(1), Oid::from(2));
+        assert_eq!(found.len(), PATHS_AT_MOST);
+        assert_eq!(found[0].len(), 1);
+        assert!(found.windows(2).all(|w| w[0].len() <= w[1].len()));
+        for path in &found {
+            assert_eq!(path[0].child, Oid::from(1));
+            assert_eq!(path.last().unwrap().parent, Oid::from(2));
+            assert!(path.windows(2).all(|w| w[0].parent == w[1].child));
+        }
+        // A chain that comes back through the table it started from is no path.
+        let keys = vec![fk(1, 3), fk(3, 1), fk(1, 2)];
+        assert_eq!(paths(&keys, Oid::from(1), Oid::from(2)).len(), 1);
+    }
 }
