@@ -2431,6 +2431,59 @@ fn a_column_renamed_through_the_writers_search_path_is_followed() {
     );
 }
 
+/// Expressions that are a column alone (`visible => 'live'`, `publish_at => 'go_at'`) follow
+/// the column renamed, and so does a watch on an inheritance child when the column is renamed
+/// through its parent.
+#[pg_test]
+fn a_bare_column_expression_and_a_childs_watch_follow_a_column_renamed() {
+    run(
+        "CREATE TABLE notes (id int PRIMARY KEY, slug text NOT NULL, live boolean NOT NULL, \
+           go_at timestamptz)",
+    );
+    run("INSERT INTO notes VALUES (1, 'a', true, NULL), (2, 'b', true, NULL)");
+    run(
+        "SELECT indexnow_watch('notes', url => 'https://www.example.com/{slug}', \
+           visible => 'live', publish_at => 'r.go_at')",
+    );
+    run("CREATE TABLE kin (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE kin_a (PRIMARY KEY (id)) INHERITS (kin)");
+    run("INSERT INTO kin_a VALUES (1, 'k')");
+    run("SELECT indexnow_watch('kin_a', url => 'https://www.example.com/kin/{slug}')");
+    pushed();
+    run("ALTER TABLE notes RENAME COLUMN live TO shown");
+    run("ALTER TABLE notes RENAME COLUMN go_at TO starts");
+    run("ALTER TABLE kin RENAME COLUMN slug TO path");
+    assert_eq!(
+        text(
+            "SELECT string_agg(concat_ws(' ', pattern, visible, publish_at), ', ' ORDER BY id) \
+               FROM indexnow_watches"
+        ),
+        Some(
+            "https://www.example.com/{slug} \"shown\" r.\"starts\", \
+             https://www.example.com/kin/{path}"
+                .into()
+        )
+    );
+    run("UPDATE notes SET shown = false WHERE id = 1");
+    run("UPDATE notes SET starts = now() + interval '1 day' WHERE id = 2");
+    run("UPDATE kin_a SET path = 'k2'");
+    derive();
+    assert_eq!(
+        text(
+            "SELECT string_agg(url || ' ' || reason || ' ' || (available_at > now())::text, \
+                               E'\\n' ORDER BY url) \
+               FROM indexnow_urls WHERE request_seq > settled_seq"
+        ),
+        Some(
+            "https://www.example.com/a unpublished false\n\
+             https://www.example.com/b changed true\n\
+             https://www.example.com/kin/k moved false\n\
+             https://www.example.com/kin/k2 created false"
+                .into()
+        )
+    );
+}
+
 /// Following a rename never fails the user's ALTER: two watches whose templates would become
 /// one pattern leave the ALTER to succeed, with a WARNING.
 #[pg_test]

@@ -6,8 +6,10 @@
 //!   of the ALTER then makes the watches again (`super::watch::follow_alter_table`), with the new
 //!   names. A watch keeps its id, sources and queue, and its pattern (the template) takes the
 //!   new name: `indexnow_unwatch()` names it so. `visible`, `url_sql` and `publish_at` are the
-//!   maker's SQL text: they are not rewritten, and a watch whose expression names the column
-//!   breaks with a WARNING, as for a column dropped.
+//!   maker's SQL text: one that is the column alone (`visible => 'published'`) is renamed, any
+//!   other is not rewritten, and a watch whose expression names the column breaks with a
+//!   WARNING, as for a column dropped. A rename through a parent table (not `ONLY`) renames the
+//!   column in the tables below it too, and their watches follow.
 //! - A partition or inheritance child of a watched table dropped (`DROP TABLE`): a whole-table
 //!   change set is recorded for the watched table above it, derived after the commit, when the
 //!   child's rows are gone (their pages removed). At the end of the DROP the child is no longer
@@ -56,7 +58,11 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     // the watch could not follow).
     let done = crate::subtransaction::run(|| {
         super::owner::as_extension_owner(&ext, || match &seen {
-            Seen::Renamed { table, old, new } => follow_rename(&ext, *table, old, new),
+            Seen::Renamed { tables, old, new } => {
+                for table in tables {
+                    follow_rename(&ext, *table, old, new);
+                }
+            }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
         })
     });
@@ -72,7 +78,7 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
 /// What a statement does that the watches follow, with its tables resolved.
 enum Seen {
     Renamed {
-        table: pg_sys::Oid,
+        tables: Vec<pg_sys::Oid>,
         old: String,
         new: String,
     },
@@ -99,8 +105,15 @@ unsafe fn column_renamed(rename: &pg_sys::RenameStmt) -> Option<Seen> {
     {
         return None;
     }
+    let table = relation_of(rename.relation)?;
+    // A rename recurses to the tables below, unless `ONLY` (watched children have their own
+    // watches).
+    let mut tables = vec![table];
+    if (*rename.relation).inh {
+        tables.extend(super::partitions::descendants(table));
+    }
     Some(Seen::Renamed {
-        table: relation_of(rename.relation)?,
+        tables,
         old: CStr::from_ptr(rename.subname)
             .to_string_lossy()
             .into_owned(),
@@ -151,48 +164,98 @@ pub extern "C" fn pg_finfo_indexnow_before_ddl_wrapper() -> &'static pg_sys::Pg_
     &V1
 }
 
-/// A watch's id, template, ignore list and the columns its expressions read.
-type Names = (i32, Option<String>, Vec<String>, Option<Vec<String>>);
+/// What of a watch names columns: its template, ignore list, the columns its expressions read,
+/// and the expressions themselves.
+struct Names {
+    id: i32,
+    url: Option<String>,
+    ignore: Vec<String>,
+    read: Option<Vec<String>>,
+    url_sql: Option<String>,
+    visible: Option<String>,
+    publish_at: Option<String>,
+}
 
-/// Renames `old` to `new` in the templates and ignore lists of the watches of `table`.
+/// Renames `old` to `new` in the templates and ignore lists of the watches of `table`, and in
+/// the expressions that are that column alone (`visible => 'published'`).
 fn follow_rename(ext: &str, table: pg_sys::Oid, old: &str, new: &str) {
     let watches: Vec<Names> = Spi::connect(|client| {
         client
             .select(
                 &format!(
-                    "SELECT id, url, ignore, expression_columns FROM {ext}.indexnow_watches \
-                          WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass ORDER BY id"
+                    "SELECT id, url, ignore, expression_columns, url_sql, visible, publish_at \
+                       FROM {ext}.indexnow_watches \
+                      WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass ORDER BY id"
                 ),
                 None,
                 &[table.into()],
             )?
             .map(|r| {
-                Ok((
-                    r.get(1)?.unwrap_or_default(),
-                    r.get(2)?,
-                    r.get(3)?.unwrap_or_default(),
-                    r.get(4)?,
-                ))
+                Ok(Names {
+                    id: r.get(1)?.unwrap_or_default(),
+                    url: r.get(2)?,
+                    ignore: r.get(3)?.unwrap_or_default(),
+                    read: r.get(4)?,
+                    url_sql: r.get(5)?,
+                    visible: r.get(6)?,
+                    publish_at: r.get(7)?,
+                })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"));
     let rename = |c: &String| if c == old { new.to_string() } else { c.clone() };
-    for (id, url, ignore, read) in watches {
-        let url = url.map(|u| renamed_template(&u, old, new).unwrap_or(u));
-        let ignore: Vec<String> = ignore.iter().map(rename).collect();
-        let read: Option<Vec<String>> = read.map(|r| r.iter().map(rename).collect());
+    let bare = |e: Option<String>| e.map(|e| renamed_bare_column(&e, old, new).unwrap_or(e));
+    for w in watches {
+        let id = w.id;
+        let url = w.url.map(|u| renamed_template(&u, old, new).unwrap_or(u));
+        let ignore: Vec<String> = w.ignore.iter().map(rename).collect();
+        let read: Option<Vec<String>> = w.read.map(|r| r.iter().map(rename).collect());
+        let (url_sql, visible, publish_at) = (bare(w.url_sql), bare(w.visible), bare(w.publish_at));
         Spi::run_with_args(
             &format!(
                 "UPDATE {ext}.indexnow_watches \
-                    SET url = $2, ignore = $3, expression_columns = $4 \
-                  WHERE id = $1 AND (url IS DISTINCT FROM $2 OR ignore IS DISTINCT FROM $3 \
-                                     OR expression_columns IS DISTINCT FROM $4)"
+                    SET url = $2, ignore = $3, expression_columns = $4, url_sql = $5, \
+                        visible = $6, publish_at = $7 \
+                  WHERE id = $1 AND (url, ignore, expression_columns, url_sql, visible, publish_at) \
+                                    IS DISTINCT FROM ($2, $3, $4, $5, $6, $7)"
             ),
-            &[id.into(), url.into(), ignore.into(), read.into()],
+            &[
+                id.into(),
+                url.into(),
+                ignore.into(),
+                read.into(),
+                url_sql.into(),
+                visible.into(),
+                publish_at.into(),
+            ],
         )
         .unwrap_or_else(|e| error!("indexnow: renaming a column in watch {id}: {e}"));
     }
+}
+
+/// `expression` naming `new` when it is the column `old` alone (`published`, `"Published"`,
+/// `r.published`); an expression that does more is the maker's SQL, not rewritten.
+fn renamed_bare_column(expression: &str, old: &str, new: &str) -> Option<String> {
+    let e = expression.trim();
+    let (prefix, name) = match e.strip_prefix("r.") {
+        Some(rest) => ("r.", rest),
+        None => ("", e),
+    };
+    let column = match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+        Some(quoted) if !quoted.replace("\"\"", "").contains('"') => quoted.replace("\"\"", "\""),
+        Some(_) => return None,
+        None if !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit() || c == '$')
+            && name
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '$') =>
+        {
+            name.to_lowercase()
+        }
+        None => return None,
+    };
+    (column == old).then(|| format!("{prefix}{}", crate::quote::quote_ident(new)))
 }
 
 /// `template` with its `{old}` parts naming `new`, when it has any and `new` can be written
@@ -216,6 +279,22 @@ fn renamed_template(template: &str, old: &str, new: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_expression_that_is_a_column_alone_follows_its_column_renamed() {
+        use super::renamed_bare_column as r;
+        assert_eq!(r("published", "published", "live"), Some("\"live\"".into()));
+        assert_eq!(
+            r(" r.published ", "published", "live"),
+            Some("r.\"live\"".into())
+        );
+        assert_eq!(r("\"Pub\"", "Pub", "Is Live"), Some("\"Is Live\"".into()));
+        assert_eq!(r("Published", "published", "live"), Some("\"live\"".into()));
+        assert_eq!(r("Published", "Published", "live"), None);
+        assert_eq!(r("NOT published", "published", "live"), None);
+        assert_eq!(r("published_at", "published", "live"), None);
+        assert_eq!(r("\"a\"b\"", "a", "x"), None);
+    }
+
     #[test]
     fn a_template_follows_its_column_renamed() {
         assert_eq!(
