@@ -2484,6 +2484,26 @@ fn a_bare_column_expression_and_a_childs_watch_follow_a_column_renamed() {
     );
 }
 
+/// A partition of a watched table cannot be watched too (nor the parent of a watched partition):
+/// each watch would miss the writes made through the other table.
+#[pg_test]
+#[should_panic(expected = "public.parts_a and public.parts are in one tree of partitions or inheritance children, and public.parts is watched")]
+fn a_partition_of_a_watched_table_is_refused() {
+    run("CREATE TABLE parts (id int, slug text NOT NULL, PRIMARY KEY (id)) PARTITION BY RANGE (id)");
+    run("CREATE TABLE parts_a PARTITION OF parts FOR VALUES FROM (0) TO (10)");
+    run("SELECT indexnow_watch('parts', url => 'https://www.example.com/{slug}')");
+    run("SELECT indexnow_watch('parts_a', url => 'https://www.example.com/a/{slug}')");
+}
+
+#[pg_test]
+#[should_panic(expected = "public.heirs and public.heirs_a are in one tree of partitions or inheritance children, and public.heirs_a is watched")]
+fn the_parent_of_a_watched_child_is_refused() {
+    run("CREATE TABLE heirs (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE heirs_a (PRIMARY KEY (id)) INHERITS (heirs)");
+    run("SELECT indexnow_watch('heirs_a', url => 'https://www.example.com/a/{slug}')");
+    run("SELECT indexnow_watch('heirs', url => 'https://www.example.com/{slug}')");
+}
+
 /// Following a rename never fails the user's ALTER: two watches whose templates would become
 /// one pattern leave the ALTER to succeed, with a WARNING.
 #[pg_test]
@@ -2499,7 +2519,7 @@ fn a_rename_the_watches_cannot_follow_still_succeeds() {
 }
 
 #[pg_test]
-#[should_panic(expected = "is a temporary table: the workers that derive cannot read it")]
+#[should_panic(expected = "tmp_cats is a temporary table: its rows are this session")]
 fn a_temporary_related_table_is_refused() {
     run("CREATE TEMPORARY TABLE tmp_cats (id int PRIMARY KEY, slug text)");
     run("CREATE TABLE tmp_posts (id int PRIMARY KEY, cat int, slug text)");

@@ -219,15 +219,14 @@ fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
 
 /// A name given in `related`, resolved with the caller's `search_path` (the extension's part
 /// runs with its own), as `schema.table`; refused, as the watched table is, where row-level
-/// security would hide its rows from the caller.
+/// security would hide its rows from the caller, or when it is temporary.
 fn related_table(name: &str) -> String {
-    let found: Option<(String, String, bool, bool)> = spi(
+    let found: Option<(pg_sys::Oid, String, String)> = spi(
         "reading a related table",
         Spi::connect(|client| {
             let t = client.select(
-                "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                        pg_catalog.format('%s.%s', n.nspname, c.relname), \
-                        pg_catalog.row_security_active(c.oid), c.relpersistence = 't' \
+                "SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname), \
+                        pg_catalog.format('%s.%s', n.nspname, c.relname) \
                    FROM pg_catalog.pg_class c \
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                   WHERE c.oid = pg_catalog.to_regclass($1)",
@@ -239,30 +238,48 @@ fn related_table(name: &str) -> String {
             }
             let r = t.first();
             Ok(Some((
-                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
                 r.get::<String>(2)?.unwrap_or_default(),
-                r.get::<bool>(3)?.unwrap_or(false),
-                r.get::<bool>(4)?.unwrap_or(false),
+                r.get::<String>(3)?.unwrap_or_default(),
             )))
         }),
     );
-    let Some((qualified, label, row_security, temporary)) = found else {
+    let Some((oid, qualified, label)) = found else {
         watch_error(format!("related table \"{name}\" does not exist"));
     };
-    if temporary {
-        watch_error(format!(
-            "related table {label} is a temporary table: the workers that derive cannot read it"
-        ));
-    }
-    if row_security {
-        watch_error(format!(
-            "row-level security applies to role {} on related table {label}: a watch reads \
-             every row as the role that made it; make the watch as a role that row-level \
-             security does not apply to",
-            current_role_name()
-        ));
-    }
+    check_every_row_readable(oid, &format!("related table {label}"));
     qualified
+}
+
+/// Refuses a table above or below a watched table (a partition, an inheritance child, their
+/// parent): a statement fires the triggers of the table it names only, and what a trigger knows
+/// is the watches of one table (its own, or the watched one above it), so a watch of each would
+/// each miss the writes made through the other.
+fn check_not_in_a_watched_tree(ext: &str, oid: pg_sys::Oid, label: &str) {
+    let mut tree = super::partitions::ancestors(oid);
+    tree.extend(super::partitions::descendants(oid));
+    let watched: Option<String> = owner::as_extension_owner(ext, || {
+        spi(
+            "checking the tables above and below the table",
+            crate::plan_cache::get_one::<String>(
+                &format!(
+                    "SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) \
+                       FROM {ext}.indexnow_watches w \
+                       JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
+                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                      WHERE w.active AND w.tbl::pg_catalog.oid = ANY ($1) ORDER BY w.id LIMIT 1"
+                ),
+                &[tree.into()],
+            ),
+        )
+    });
+    if let Some(other) = watched {
+        watch_error(format!(
+            "{label} and {other} are in one tree of partitions or inheritance children, and \
+             {other} is watched: watch the table at the top (its watches see the writes to \
+             every table below it) or only tables below it, not both"
+        ));
+    }
 }
 
 fn current_role_name() -> String {
@@ -395,6 +412,7 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     let label = &table.label;
     check_trigger_privilege(caller, oid, label, "indexnow_watch");
     check_every_row_readable(oid, label);
+    check_not_in_a_watched_tree(ext, oid, label);
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {
