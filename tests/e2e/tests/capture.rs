@@ -450,6 +450,59 @@ fn a_session_writing_a_related_table_follows_a_watch_added_by_another() {
     );
 }
 
+/// A write to a related table whose search for the watched rows fails for a moment (here its
+/// wait for a lock on the watched table, ended by the writer's `lock_timeout`) fails as such a
+/// wait fails without indexnow, with its SQLSTATE, for the writer to retry: it is not taken for a
+/// broken watch (a WARNING, and every row of the watch derived again).
+#[test]
+fn a_lock_timeout_in_a_related_write_is_the_writers_to_retry() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE categories (id int PRIMARY KEY, slug text NOT NULL);
+         CREATE TABLE articles (id int PRIMARY KEY, slug text NOT NULL, \
+           category_id int NOT NULL REFERENCES categories);
+         INSERT INTO categories VALUES (1, 'news');
+         INSERT INTO articles VALUES (1, 'a1', 1);
+         SELECT indexnow_watch('articles', url_sql => $$'https://www.example.com/' || \
+           (SELECT c.slug FROM categories c WHERE c.id = category_id) || '/' || slug$$, \
+           related => '{categories}');
+         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now() WHERE request_seq > settled_seq;",
+    )
+    .unwrap();
+    let mut holder = cluster.connect("site");
+    holder
+        .batch_execute("BEGIN; LOCK TABLE articles IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let err = db
+        .batch_execute("SET lock_timeout = '200ms'; UPDATE categories SET slug = 'world'")
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE),
+        "{err}"
+    );
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM categories WHERE slug = 'news'"
+        ),
+        1
+    );
+    db.batch_execute("RESET lock_timeout; UPDATE categories SET slug = 'world'")
+        .unwrap();
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/news/a1 moved",
+            "https://www.example.com/world/a1 created"
+        ]
+    );
+}
+
 /// A save derived in its own statement never waits for a worker deriving a change set that holds
 /// the same page (most of a second for 10,000 keys): it leaves its event to the workers instead
 /// (recorded, derived after that change set), and nothing is lost.
