@@ -348,3 +348,27 @@ BEGIN
 END
 $upgrade$;
 
+
+-- Watches with related tables are planned again (src/capture/related.rs): every chain of foreign
+-- keys from the watched table to a related table is followed now (before, the shortest only: a
+-- change to an article's second category moved nothing), and the partitions of a partitioned
+-- related table carry the capture triggers (a write straight to one was not seen). Each such
+-- watch is made again as after an ALTER SCHEMA ... RENAME (as its maker; a watch that cannot be
+-- made again keeps its old plan, with a WARNING). No row changed: nothing is recorded.
+DO $relations$
+DECLARE
+    s oid;
+    t oid;
+BEGIN
+    FOR s IN SELECT DISTINCT c.relnamespace FROM @extschema@.indexnow_watches w
+               JOIN pg_catalog.pg_class c ON c.oid = w.tbl
+              WHERE w.active AND EXISTS (SELECT FROM @extschema@.indexnow_relations r
+                                          WHERE r.watch_id = w.id) LOOP
+        PERFORM @extschema@._indexnow_schema_renamed(s);
+    END LOOP;
+    FOR t IN SELECT DISTINCT r.tbl::pg_catalog.oid FROM @extschema@.indexnow_relations r
+               JOIN @extschema@.indexnow_watches w ON w.id = r.watch_id WHERE w.active LOOP
+        PERFORM @extschema@._indexnow_table_changed(t, 'CREATE TABLE');
+    END LOOP;
+END
+$relations$;

@@ -20,6 +20,17 @@ const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
 
+/// A watch whose URL reads a related table that is partitioned, through the second of two
+/// foreign keys to it.
+const BOOKS: &str = "CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NULL) \
+                       PARTITION BY RANGE (id); \
+                     CREATE TABLE shelves_low PARTITION OF shelves FOR VALUES FROM (0) TO (100); \
+                     CREATE TABLE books (id int PRIMARY KEY, spare int REFERENCES shelves, \
+                       shelf int REFERENCES shelves, slug text NOT NULL);";
+const BOOKS_WATCH: &str = "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+                             (SELECT s.slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
+                             related => '{shelves}');";
+
 fn url(slug: &str) -> String {
     format!("https://{HOST}/{slug}")
 }
@@ -101,7 +112,11 @@ fn upgrade_from(previous: &str, status_columns: i64) {
                                visible => 'published', ignore => '{{published}}'); \
          INSERT INTO pages VALUES (1, 'one', true), (2, 'two', true), (3, 'draft', false); \
          CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
-         SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
+         SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}'); \
+         {BOOKS} \
+         INSERT INTO shelves VALUES (1, 'poems'), (2, 'spare'); \
+         INSERT INTO books VALUES (1, 2, 1, 'odes'); \
+         {BOOKS_WATCH}"
     ))
     .unwrap();
     assert_eq!(version(&mut db), previous);
@@ -282,7 +297,8 @@ fn upgrade_from(previous: &str, status_columns: i64) {
              SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
                                    visible => 'published', ignore => '{{published}}'); \
              CREATE TABLE drafts (id int PRIMARY KEY, slug text NOT NULL); \
-             SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}');"
+             SELECT indexnow_watch('drafts', url => 'https://{HOST}/drafts/{{slug}}'); \
+             {BOOKS} {BOOKS_WATCH}"
         ))
         .unwrap();
     let statements = |db: &mut Client| -> Vec<String> {
@@ -297,7 +313,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         .collect()
     };
     let (upgraded, made_now) = (statements(&mut db), statements(&mut fresh));
-    assert_eq!(upgraded.len(), 2);
+    assert_eq!(upgraded.len(), 3);
     for (upgraded, made_now) in upgraded.iter().zip(&made_now) {
         assert!(
             upgraded == made_now,
@@ -305,6 +321,22 @@ fn upgrade_from(previous: &str, status_columns: i64) {
              after the update: {upgraded}\nmade now: {made_now}"
         );
     }
+    // The related watch is planned again: both chains of foreign keys to its related table, and
+    // the capture triggers on the related table's partition.
+    let relations = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT concat_ws(E'\n', watch_id, tbl, dependents, \
+                      (SELECT count(*) FROM pg_trigger \
+                        WHERE tgrelid = 'shelves_low'::regclass AND tgname LIKE 'indexnow_capture_%')) \
+               FROM indexnow_relations ORDER BY watch_id, tbl",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(relations(&mut db), relations(&mut fresh));
     let (upgraded, fresh) = (catalog(&mut db), catalog(&mut fresh));
     assert!(upgraded.len() > 100, "the catalog query sees the extension");
     let only_upgraded: Vec<_> = upgraded.iter().filter(|l| !fresh.contains(l)).collect();
@@ -312,5 +344,21 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     assert!(
         only_upgraded.is_empty() && only_fresh.is_empty(),
         "upgraded and fresh differ:\nonly upgraded: {only_upgraded:#?}\nonly fresh: {only_fresh:#?}"
+    );
+    // A write straight to the related table's partition, to the shelf the URL reads (reached by
+    // the second foreign key declared), moves the book.
+    db.batch_execute("UPDATE shelves_low SET slug = 'verse' WHERE id = 1")
+        .unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            &format!(
+                "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq \
+                   AND (url, reason) IN (('{}', 'moved'), ('{}', 'created'))",
+                url("poems/odes"),
+                url("verse/odes")
+            )
+        ),
+        2
     );
 }
