@@ -352,7 +352,9 @@ $upgrade$;
 -- Watches with related tables are planned again (src/capture/related.rs): every chain of foreign
 -- keys from the watched table to a related table is followed now (before, the shortest only: a
 -- change to an article's second category moved nothing), and the partitions of a partitioned
--- related table carry the capture triggers (a write straight to one was not seen). Each such
+-- related table carry the capture triggers (a write straight to one was not seen), as do the
+-- tables above a watched partition or inheritance child (a write through the parent was not
+-- seen). Each such
 -- watch is made again as after an ALTER SCHEMA ... RENAME (as its maker; a watch that cannot be
 -- made again keeps its old plan, with a WARNING). No row changed: nothing is recorded.
 DO $relations$
@@ -366,8 +368,10 @@ BEGIN
                                           WHERE r.watch_id = w.id) LOOP
         PERFORM @extschema@._indexnow_schema_renamed(s);
     END LOOP;
-    FOR t IN SELECT DISTINCT r.tbl::pg_catalog.oid FROM @extschema@.indexnow_relations r
-               JOIN @extschema@.indexnow_watches w ON w.id = r.watch_id WHERE w.active LOOP
+    FOR t IN SELECT r.tbl::pg_catalog.oid FROM @extschema@.indexnow_relations r
+               JOIN @extschema@.indexnow_watches w ON w.id = r.watch_id WHERE w.active
+             UNION SELECT w.tbl::pg_catalog.oid FROM @extschema@.indexnow_watches w
+              WHERE w.active LOOP
         PERFORM @extschema@._indexnow_table_changed(t, 'CREATE TABLE');
     END LOOP;
 END

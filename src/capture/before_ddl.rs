@@ -135,22 +135,11 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
 }
 
-/// Each dropped table under a watched table: a whole-table change set for the table above.
+/// Each dropped table under a watched table: a whole-table change set for each watched table
+/// above it (its rows were theirs; its own watches are followed at the end, `super::dropped`).
 fn follow_drops(ext: &str, tables: &[pg_sys::Oid]) {
     for &table in tables {
-        // A watched table's own drop is followed at its end (`super::dropped`).
-        let own = crate::plan_cache::get_one::<bool>(
-            &format!(
-                "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
-                                 WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND active)"
-            ),
-            &[table.into()],
-        )
-        .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"));
-        if own == Some(true) {
-            continue;
-        }
-        if let Some(above) = super::partitions::watched_ancestor(ext, table) {
+        for above in super::partitions::watched_ancestors(ext, table) {
             super::change_sets::record_whole_table(ext, above, None);
             crate::wake::worker_at_commit();
         }

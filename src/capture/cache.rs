@@ -1,6 +1,6 @@
 //! What the capture trigger knows about a written table, kept per backend: the watches that
-//! capture its rows (its own, or its watched parent's when it is a partition or inheritance
-//! child), the related-table watches that read it, and its key.
+//! capture its rows (its own, and those of the watched tables above and below it in a tree of
+//! partitions or inheritance children), the related-table watches that read it, and the keys.
 //!
 //! Why: every save of a watched table runs the trigger, and reading this from the extension's
 //! tables took three statements a save — more than recording the save itself (measured with
@@ -10,7 +10,7 @@
 //!
 //! An entry is kept right the way PostgreSQL keeps its own relation cache right, by invalidation
 //! messages (a relcache callback):
-//! - an entry is dropped when its table, or the watched table above it, is invalidated: any
+//! - an entry is dropped when its table, or a watched table above or below it, is invalidated: any
 //!   `ALTER TABLE`, `CREATE`/`DROP TRIGGER` (so watching and unwatching), `ATTACH`/`DETACH
 //!   PARTITION`, a change of its primary key;
 //! - the whole cache is dropped when `indexnow_watches` or `indexnow_relations` is written: their
@@ -37,28 +37,41 @@ use std::rc::Rc;
 pub struct Table {
     /// The extension's schema, quoted.
     pub ext: String,
-    /// The table whose watches capture these rows: the written table, or its watched parent.
-    pub watched: pg_sys::Oid,
-    /// The active watches of `watched`, with their statements (a small save is derived in the
-    /// writing statement with them).
-    pub watches: Vec<Watch>,
+    /// The watched tables whose rows the written rows are (see [`Capture`]).
+    pub captures: Vec<Capture>,
     /// The related-table watches that read the written table.
     pub relations: Vec<Relation>,
-    /// The names of the watched table's key columns, in the key's order.
-    pub key: Vec<String>,
-    /// The key's columns in the written table, when every one is of a type whose recorded form
-    /// is built here (else the keys are read by SQL).
-    pub key_columns: Option<Vec<KeyColumn>>,
-    /// The written table's primary key (attribute numbers).
-    pub primary_key: Vec<i16>,
-    /// For each watch, then for the related-table watches: the attribute numbers the UPDATE gate
-    /// compares (the key and every column the watch does not ignore).
-    pub compared: Vec<Vec<i16>>,
+    /// The attribute numbers the UPDATE gate compares for the related-table watches (the
+    /// written table's primary key and every column, but those every tree relation ignores).
+    pub related_compared: Vec<i16>,
     /// Begins the text of every kept statement that reads this table's transition tables: the
     /// same text serves tables whose key columns have the same names and other types, and the tag
     /// keeps their plans apart. (A table's own DDL needs nothing here: a transition table carries
     /// its table's OID into the plan, and PostgreSQL replans when that table is altered.)
     pub plan_tag: String,
+}
+
+/// A watched table whose rows the written rows are: the written table itself, a watched table
+/// above it (a partition or inheritance child written directly: its rows are the parent's too),
+/// or a watched table below it (written through its parent: a statement fires the triggers of
+/// the table it names only, so the parent's trigger captures for the partition's watches).
+pub struct Capture {
+    pub watched: pg_sys::Oid,
+    /// Its active watches, with their statements (a small save is derived in the writing
+    /// statement with them).
+    pub watches: Vec<Watch>,
+    /// The names of its key columns, in the key's order.
+    pub key: Vec<String>,
+    /// The key's columns in the written table, when every one is of a type whose recorded form
+    /// is built here (else the keys are read by SQL).
+    pub key_columns: Option<Vec<KeyColumn>>,
+    /// The key's attribute numbers in the written table; `None` when the written table (a
+    /// parent) lacks one of them (an inheritance child's own key column): then every event
+    /// records the whole watched table.
+    pub key_attnums: Option<Vec<i16>>,
+    /// For each watch, the attribute numbers the UPDATE gate compares (the key and every column
+    /// the watch does not ignore).
+    pub compared: Vec<Vec<i16>>,
 }
 
 /// A watch that reads the written table as a related table.
@@ -91,8 +104,9 @@ thread_local! {
     /// once and not kept.
     static GENERATION: Cell<u64> = const { Cell::new(0) };
     static WATCH_TABLES: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
-    /// Watched tables above a cached child: an invalidation of one drops the whole cache.
-    static ANCESTORS: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
+    /// Watched (or related) tables above or below a cached table: an invalidation of one drops
+    /// the whole cache.
+    static IN_TREE: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
     static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -124,12 +138,12 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
 }
 
 /// The columns whose change re-derives no related watch's rows: none, unless every relation
-/// reading the written table is a watch's tree of its own rows (`super::related`; `watched`: the
-/// written table, or the watched table above the partition written), whose ignored columns are
-/// ignored for the rows below a written row too.
-fn ignored_by_every_relation(relations: &[Relation], watched: pg_sys::Oid) -> Vec<String> {
+/// reading the written table is a watch's tree of its own rows (`super::related`; `own`: the
+/// written table and the tables above it), whose ignored columns are ignored for the rows below
+/// a written row too.
+fn ignored_by_every_relation(relations: &[Relation], own: &[pg_sys::Oid]) -> Vec<String> {
     let mut each = relations.iter().map(|r| {
-        if r.watch.oid == watched {
+        if own.contains(&r.watch.oid) {
             r.watch.ignore.clone()
         } else {
             vec![]
@@ -147,23 +161,15 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     // SAFETY: a trigger's relation is open for the duration of the call.
     let written = unsafe { (*relation).rd_id };
     remember_watch_tables(&ext);
-    let mut watches = derive::watches_of(&ext, written);
-    let mut watched = written;
-    // A partition or inheritance child written directly: its rows are the watched table's above.
-    if watches.is_empty() {
-        if let Some(above) = partitions::watched_ancestor(&ext, written) {
-            watches = derive::watches_of(&ext, above);
-            watched = above;
-        }
-    }
+    let above = partitions::ancestors(written);
     let mut dependents = related::of_table(&ext, written);
     // A partition (or child) written directly: its rows are those of the tables above it, for
     // the watches that read one of them as a related table (a partitioned category table, or a
     // partitioned tree's own watch).
-    for above in partitions::ancestors(written) {
-        let reading = related::of_table(&ext, above);
+    for &table in &above {
+        let reading = related::of_table(&ext, table);
         if !reading.is_empty() {
-            depend_on(above);
+            depend_on(table);
             dependents.extend(reading);
         }
     }
@@ -178,71 +184,87 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
             })
         })
         .collect();
-    // (a table read only as a related table needs no key of its own: its foreign key may
-    // reference a unique constraint)
-    let key_names = if watches.is_empty() {
-        vec![]
-    } else if watched == written {
-        // SAFETY: the trigger's relation is open.
-        let names = unsafe { key::names_of_open(relation) };
-        if names.is_empty() {
-            error!("indexnow: a watched table has no primary key any more");
-        }
-        names
-    } else {
-        key::names(watched)
-    };
     // SAFETY: the relation, its descriptor and its key's attribute set belong to the open relation.
     let (primary_key, attributes) =
         unsafe { (primary_key(relation), attributes((*relation).rd_att)) };
-    let mut ignores: Vec<Vec<String>> = watches.iter().map(|w| w.ignore.clone()).collect();
-    ignores.push(ignored_by_every_relation(&relations, watched));
     let computed_from = virtual_sources(written, &attributes);
-    let compared = ignores
-        .iter()
-        .map(|ignore| {
-            let mut columns: Vec<i16> = attributes
-                .iter()
-                .filter(|a| primary_key.contains(&a.attnum) || !ignore.contains(&a.name))
-                .map(|a| a.attnum)
-                .collect();
-            for (generated, sources) in &computed_from {
-                if columns.contains(generated) {
-                    columns.extend(
-                        sources
-                            .iter()
-                            .filter(|s| !columns.contains(s))
-                            .copied()
-                            .collect::<Vec<_>>(),
-                    );
-                }
+    let compared = |key: &[i16], ignore: &[String]| {
+        let mut columns: Vec<i16> = attributes
+            .iter()
+            .filter(|a| key.contains(&a.attnum) || !ignore.contains(&a.name))
+            .map(|a| a.attnum)
+            .collect();
+        for (generated, sources) in &computed_from {
+            if columns.contains(generated) {
+                columns.extend(
+                    sources
+                        .iter()
+                        .filter(|s| !columns.contains(s))
+                        .copied()
+                        .collect::<Vec<_>>(),
+                );
             }
-            columns.sort_unstable();
-            columns
-        })
-        .collect();
-    let key_columns = key_names
-        .iter()
-        .map(|name| {
-            let a = attributes.iter().find(|a| &a.name == name)?;
-            Some(KeyColumn {
-                attnum: a.attnum,
-                kind: key_kind(a.type_oid)?,
+        }
+        columns.sort_unstable();
+        columns
+    };
+    let mut own = vec![written];
+    own.extend(&above);
+    let related_compared = compared(&primary_key, &ignored_by_every_relation(&relations, &own));
+    let mut captured = vec![written];
+    captured.extend(&above);
+    captured.extend(partitions::descendants(written));
+    let captures = captured
+        .into_iter()
+        .filter_map(|watched| {
+            let watches = derive::watches_of(&ext, watched);
+            if watches.is_empty() {
+                return None;
+            }
+            let key = if watched == written {
+                // SAFETY: the trigger's relation is open.
+                unsafe { key::names_of_open(relation) }
+            } else {
+                depend_on(watched);
+                key::names(watched)
+            };
+            if key.is_empty() {
+                error!("indexnow: a watched table has no primary key any more");
+            }
+            let found: Vec<Option<&Attribute>> = key
+                .iter()
+                .map(|name| attributes.iter().find(|a| &a.name == name))
+                .collect();
+            let key_attnums: Option<Vec<i16>> = found.iter().map(|a| a.map(|a| a.attnum)).collect();
+            let key_columns = found
+                .iter()
+                .map(|a| {
+                    let a = (*a)?;
+                    Some(KeyColumn {
+                        attnum: a.attnum,
+                        kind: key_kind(a.type_oid)?,
+                    })
+                })
+                .collect();
+            let compared = watches
+                .iter()
+                .map(|w| compared(key_attnums.as_deref().unwrap_or(&[]), &w.ignore))
+                .collect();
+            Some(Capture {
+                watched,
+                watches,
+                key,
+                key_columns,
+                key_attnums,
+                compared,
             })
         })
         .collect();
-    if watched != written {
-        depend_on(watched);
-    }
     Table {
         ext,
-        watched,
-        watches,
+        captures,
         relations,
-        key: key_names,
-        key_columns,
-        primary_key,
-        compared,
+        related_compared,
         plan_tag,
     }
 }
@@ -262,11 +284,11 @@ pub(crate) fn key_kind(type_oid: pg_sys::Oid) -> Option<KeyKind> {
     }
 }
 
-fn depend_on(ancestor: pg_sys::Oid) {
-    ANCESTORS.with(|a| {
+fn depend_on(table: pg_sys::Oid) {
+    IN_TREE.with(|a| {
         let mut a = a.borrow_mut();
-        if !a.contains(&ancestor) {
-            a.push(ancestor);
+        if !a.contains(&table) {
+            a.push(table);
         }
     });
 }
@@ -306,7 +328,7 @@ unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid)
     GENERATION.set(GENERATION.get() + 1);
     let everything = relid == pg_sys::InvalidOid
         || WATCH_TABLES.with(|w| w.borrow().contains(&relid))
-        || ANCESTORS.with(|a| a.borrow().contains(&relid));
+        || IN_TREE.with(|a| a.borrow().contains(&relid));
     // (no borrow of these spans a call into PostgreSQL, so none is held here)
     TABLES.with(|t| {
         if everything {
@@ -316,7 +338,7 @@ unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid)
         }
     });
     if everything {
-        ANCESTORS.with(|a| a.borrow_mut().clear());
+        IN_TREE.with(|a| a.borrow_mut().clear());
         WATCH_TABLES.with(|w| w.borrow_mut().clear());
     }
 }

@@ -1,4 +1,5 @@
-//! Partitions and inheritance children of a watched or related table.
+//! Partitions and inheritance children of a watched or related table, and the parents of a watched
+//! one.
 //!
 //! A statement that names a partitioned (or inherited) table fires that table's statement
 //! triggers, with the rows of every partition it touched in the transition tables; a statement
@@ -6,7 +7,9 @@
 //! the watched table and on every table below it, and a trigger on a table below derives (or
 //! records) its rows for the watched table above it: the watch reads the watched table, which
 //! includes them. `TRUNCATE ONLY parent` leaves the children's rows, and the derivation of the whole
-//! table sees them still there. So too below a related table: a partition's written rows find the
+//! table sees them still there. A watched partition or child gets the triggers on the tables above
+//! it too, whose triggers capture for its watches the rows written through them
+//! (`super::cache::Capture`). So too below a related table: a partition's written rows find the
 //! watched rows that reference them with the relation of the related table above it.
 //!
 //! A table that joins or leaves the tree later (`CREATE TABLE ... PARTITION OF`, `ATTACH` and
@@ -19,20 +22,31 @@
 use super::triggers;
 use pgrx::prelude::*;
 
-/// The nearest table above `table` (a partition or inheritance child) with an active watch.
-pub fn watched_ancestor(ext: &str, table: pg_sys::Oid) -> Option<pg_sys::Oid> {
+/// The tables above and below `table` (a partition or inheritance child, a parent) with an
+/// active watch, nearest above first.
+pub fn watched_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut tree = ancestors(table);
+    tree.extend(descendants(table));
     let sql = format!(
-        "WITH RECURSIVE up(oid, depth) AS ( \
-           SELECT i.inhparent, 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = $1 \
-           UNION ALL \
-           SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
-             JOIN up ON i.inhrelid = up.oid) \
-         SELECT up.oid FROM up \
-          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = up.oid AND w.active) \
-          ORDER BY up.depth LIMIT 1"
+        "SELECT t.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) WITH ORDINALITY t(oid, n) \
+          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = t.oid AND w.active) \
+          ORDER BY t.n"
     );
-    crate::plan_cache::get_one::<pg_sys::Oid>(&sql, &[table.into()])
-        .unwrap_or_else(|e| error!("indexnow: looking for a watched parent table: {e}"))
+    Spi::connect(|client| {
+        crate::plan_cache::read(client, &sql, &[tree.into()])?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: looking for watched tables above and below: {e}"))
+}
+
+/// The tables above `table` with an active watch, nearest first.
+pub fn watched_ancestors(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let above = ancestors(table);
+    watched_in_tree(ext, table)
+        .into_iter()
+        .filter(|t| above.contains(t))
+        .collect()
 }
 
 /// The tables above `table`, nearest first.
@@ -53,6 +67,14 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: listing the tables above a partition: {e}"))
+}
+
+/// `table` and every table above and below it: the tables whose statements write a watched
+/// table's rows (a statement fires the triggers of the table it names only).
+pub fn tree_of(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut all = ancestors(table);
+    all.extend(with_descendants(table));
+    all
 }
 
 /// `table` and every table below it.
@@ -111,8 +133,11 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     })
     .unwrap_or_else(|e| error!("indexnow: finding the watched tables of a changed table: {e}"));
     for w in &watched {
-        for d in descendants(*w) {
-            triggers::install(&ext, &triggers::table_qualified(d));
+        // (a restore makes the triggers itself, after the tables: `triggers::on`)
+        if triggers::on(*w) {
+            for t in tree_of(*w) {
+                triggers::install(&ext, &triggers::table_qualified(t));
+            }
         }
         if tag == "ALTER TABLE" {
             super::watch::follow_alter_table(&ext, *w);
@@ -121,7 +146,10 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
         }
     }
     // The partitions of related tables too: a write straight to one fires only its own triggers.
-    for r in related_tables_above(&ext, table) {
+    for r in related_tables_above(&ext, table)
+        .into_iter()
+        .filter(|r| triggers::on(*r))
+    {
         for d in descendants(r) {
             triggers::install(&ext, &triggers::table_qualified(d));
         }
@@ -202,7 +230,7 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     .unwrap_or_else(|e| error!("indexnow: removing the capture triggers: {e}"))
     .unwrap_or(true);
     if used
-        || watched_ancestor(ext, table).is_some()
+        || !watched_in_tree(ext, table).is_empty()
         || !related_tables_above(ext, table).is_empty()
     {
         return;

@@ -78,35 +78,46 @@ fn indexnow_capture<'a>(
             .max()
             .unwrap_or(0)
     };
-    if (table.watches.is_empty() && table.relations.is_empty())
+    if (table.captures.is_empty() && table.relations.is_empty())
         || (event != Event::Truncate && rows == 0)
     {
         return Ok(None);
     }
-    let mut key_changed = false;
-    let mut any_changed = true;
-    let mut watches: Vec<&Watch> = table.watches.iter().collect();
-    if event == Event::Update {
-        let (mut changed, key) = changed(data, &table);
-        key_changed = key;
-        any_changed = changed.pop().unwrap_or(true);
-        let mut each = changed.iter();
-        watches.retain(|_| *each.next().expect("one flag per watch"));
-    }
+    let gate = if event == Event::Update {
+        Some(changed(data, &table))
+    } else {
+        None
+    };
     // SAFETY: a plain read of this backend's isolation level.
     let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
-    if !watches.is_empty() {
-        capture_own_rows(
-            data,
-            &table,
-            &watches,
-            event,
-            rows,
-            key_changed,
-            read_committed,
-        );
+    for (i, capture) in table.captures.iter().enumerate() {
+        let (watches, key_changed): (Vec<&Watch>, bool) = match &gate {
+            Some(gate) => {
+                let mut each = gate.watches[i].iter();
+                let watches = capture
+                    .watches
+                    .iter()
+                    .filter(|_| *each.next().expect("one flag per watch"))
+                    .collect();
+                (watches, gate.key_set[i])
+            }
+            None => (capture.watches.iter().collect(), false),
+        };
+        if !watches.is_empty() {
+            capture_own_rows(
+                data,
+                &table,
+                capture,
+                &watches,
+                event,
+                rows,
+                key_changed,
+                read_committed,
+            );
+        }
     }
-    if !table.relations.is_empty() && any_changed && event != Event::Truncate {
+    let related_changed = gate.as_ref().is_none_or(|g| g.related);
+    if !table.relations.is_empty() && related_changed && event != Event::Truncate {
         capture_dependents(
             data,
             &table.ext,
@@ -152,11 +163,13 @@ fn derive_at_write() -> i64 {
     i64::from(crate::guc::DERIVE_AT_WRITE.get())
 }
 
-/// The rows of the written table itself: derived at once when the event is small and the writer
-/// at READ COMMITTED, else recorded as a change set.
+/// The written rows, as rows of one watched table (`capture`): derived at once when the event
+/// is small and the writer at READ COMMITTED, else recorded as a change set.
+#[allow(clippy::too_many_arguments)]
 fn capture_own_rows(
     data: &pg_sys::TriggerData,
     table: &cache::Table,
+    capture: &cache::Capture,
     watches: &[&Watch],
     event: Event,
     rows: i64,
@@ -172,14 +185,20 @@ fn capture_own_rows(
         Event::Update => (&["indexnow_new"], vec![new]),
         Event::Truncate => (&[], vec![]),
     };
-    let in_statement = event != Event::Truncate && rows <= derive_at_write() && read_committed;
     let ids: Option<Vec<i32>> =
         (event == Event::Update).then(|| watches.iter().map(|w| w.id).collect());
-    let relid = table.watched;
+    let relid = capture.watched;
+    // (a parent written without a key column of the watched table below it: its rows are
+    // known only by reading that table)
+    if event == Event::Truncate || capture.key_attnums.is_none() {
+        change_sets::record_whole_table(ext, relid, ids);
+        return;
+    }
+    let in_statement = rows <= derive_at_write() && read_committed;
     // SAFETY: the relation's descriptor belongs to this trigger call.
     let desc = unsafe { (*data.tg_relation).rd_att };
     let keys: Option<serde_json::Value> = if in_statement {
-        match &table.key_columns {
+        match &capture.key_columns {
             // The keys, read here when their types allow (else by SQL over the transition tables).
             Some(columns) => {
                 let mut keys = None;
@@ -196,7 +215,7 @@ fn capture_own_rows(
                 let sql = format!(
                     "{}{}",
                     table.plan_tag,
-                    change_sets::event_keys_sql(&table.key, sources)
+                    change_sets::event_keys_sql(&capture.key, sources)
                 );
                 plan_cache::write(client, &sql, &[])?
                     .first()
@@ -204,17 +223,14 @@ fn capture_own_rows(
             })
             .map(|JsonB(keys)| keys),
         }
-    } else if event == Event::Truncate {
-        change_sets::record_whole_table(ext, relid, ids.clone());
-        None
     } else {
-        match &table.key_columns {
+        match &capture.key_columns {
             Some(columns) => record_keys_read_here(ext, relid, ids.clone(), &stores, desc, columns),
             None => with_transition_tables(data, |client| {
                 let sql = format!(
                     "{}{}",
                     table.plan_tag,
-                    change_sets::recording_sql(ext, &table.key, sources)
+                    change_sets::recording_sql(ext, &capture.key, sources)
                 );
                 if rows <= KEEP_PLAN_ROWS {
                     plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
@@ -361,35 +377,69 @@ fn dependents_failed(
     .report(PgLogLevel::WARNING);
 }
 
-/// For each watch, whether some row of this UPDATE differs in a column it compares: the primary
-/// key and every column the watch does not ignore (columns added to the table after the watch are
-/// compared too: comparing more than the watch's statement does only makes it derive); and
-/// whether a row's key may have changed (then the old keys are recorded too: their rows are gone).
+/// What the UPDATE gate found.
+struct Gate {
+    /// Per capture, per watch: whether some row differs in a column the watch compares.
+    watches: Vec<Vec<bool>>,
+    /// Per capture: whether a row's key may have changed (then the old keys are recorded too:
+    /// their rows are gone).
+    key_set: Vec<bool>,
+    /// Whether some row differs in a column the related-table watches compare.
+    related: bool,
+}
+
+/// For each watch of each capture, whether some row of this UPDATE differs in a column it
+/// compares: its key and every column the watch does not ignore (columns added to the table
+/// after the watch are compared too: comparing more than the watch's statement does only makes
+/// it derive); whether a row's key may have changed; and the same for the related-table watches.
 ///
 /// The key counts as changed when the UPDATE's SET list names a key column (PostgreSQL's
 /// `tg_updatedcols`): reading both transition tables to their end to prove every key equal cost
 /// a bulk UPDATE more than recording its keys. A key changed by a BEFORE trigger alone is not seen
 /// (the old row's URL then waits for the next reconcile).
-fn changed(data: &pg_sys::TriggerData, table: &cache::Table) -> (Vec<bool>, bool) {
-    let columns: Vec<&[i16]> = table.compared.iter().map(Vec::as_slice).collect();
+fn changed(data: &pg_sys::TriggerData, table: &cache::Table) -> Gate {
+    let mut columns: Vec<&[i16]> = table
+        .captures
+        .iter()
+        .flat_map(|c| c.compared.iter().map(Vec::as_slice))
+        .collect();
+    columns.push(&table.related_compared);
     // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
-    let changed = unsafe {
+    let mut flags = unsafe {
         transition::differing_sets(
             data.tg_oldtable,
             data.tg_newtable,
             (*data.tg_relation).rd_att,
             &columns,
         )
-    };
-    // SAFETY: the set of updated columns belongs to this trigger call (NULL: unknown).
-    let key_set = unsafe {
-        data.tg_updatedcols.is_null()
-            || table.primary_key.iter().any(|&att| {
-                pg_sys::bms_is_member(
-                    i32::from(att) - pg_sys::FirstLowInvalidHeapAttributeNumber,
-                    data.tg_updatedcols,
-                )
-            })
-    };
-    (changed, key_set)
+    }
+    .into_iter();
+    let watches = table
+        .captures
+        .iter()
+        .map(|c| flags.by_ref().take(c.compared.len()).collect())
+        .collect();
+    let related = flags.next().unwrap_or(true);
+    let key_set = table
+        .captures
+        .iter()
+        .map(|c| match &c.key_attnums {
+            // SAFETY: the set of updated columns belongs to this trigger call (NULL: unknown).
+            Some(key) => unsafe {
+                data.tg_updatedcols.is_null()
+                    || key.iter().any(|&att| {
+                        pg_sys::bms_is_member(
+                            i32::from(att) - pg_sys::FirstLowInvalidHeapAttributeNumber,
+                            data.tg_updatedcols,
+                        )
+                    })
+            },
+            None => true,
+        })
+        .collect();
+    Gate {
+        watches,
+        key_set,
+        related,
+    }
 }

@@ -40,6 +40,19 @@ pub fn table_qualified(oid: pg_sys::Oid) -> String {
     .unwrap_or_default()
 }
 
+/// Whether `table` has the capture triggers. A watched table without them is not being watched
+/// yet: a restore (pg_restore alters the tables, and attaches partitions, before it makes their
+/// triggers), or triggers dropped by hand.
+pub fn on(table: pg_sys::Oid) -> bool {
+    crate::plan_cache::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger \
+                         WHERE tgrelid = $1 AND tgname = 'indexnow_capture_insert')",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"))
+        == Some(true)
+}
+
 /// The capture triggers on `table` (quoted, qualified): all call _indexnow_capture().
 pub fn install(ext: &str, table: &str) {
     for (name, event, referencing) in EVENTS {

@@ -251,37 +251,6 @@ fn related_table(name: &str) -> String {
     qualified
 }
 
-/// Refuses a table above or below a watched table (a partition, an inheritance child, their
-/// parent): a statement fires the triggers of the table it names only, and what a trigger knows
-/// is the watches of one table (its own, or the watched one above it), so a watch of each would
-/// each miss the writes made through the other.
-fn check_not_in_a_watched_tree(ext: &str, oid: pg_sys::Oid, label: &str) {
-    let mut tree = super::partitions::ancestors(oid);
-    tree.extend(super::partitions::descendants(oid));
-    let watched: Option<String> = owner::as_extension_owner(ext, || {
-        spi(
-            "checking the tables above and below the table",
-            crate::plan_cache::get_one::<String>(
-                &format!(
-                    "SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) \
-                       FROM {ext}.indexnow_watches w \
-                       JOIN pg_catalog.pg_class c ON c.oid = w.tbl \
-                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                      WHERE w.active AND w.tbl::pg_catalog.oid = ANY ($1) ORDER BY w.id LIMIT 1"
-                ),
-                &[tree.into()],
-            ),
-        )
-    });
-    if let Some(other) = watched {
-        watch_error(format!(
-            "{label} and {other} are in one tree of partitions or inheritance children, and \
-             {other} is watched: watch the table at the top (its watches see the writes to \
-             every table below it) or only tables below it, not both"
-        ));
-    }
-}
-
 fn current_role_name() -> String {
     spi(
         "reading the current role",
@@ -412,7 +381,6 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     let label = &table.label;
     check_trigger_privilege(caller, oid, label, "indexnow_watch");
     check_every_row_readable(oid, label);
-    check_not_in_a_watched_tree(ext, oid, label);
     let has_column = |c: &str| table.columns.iter().any(|(name, _)| name == c);
 
     if table.key.is_empty() {
@@ -724,7 +692,7 @@ fn install_triggers(
     watch_id: i32,
     related: Option<Vec<String>>,
 ) {
-    let mut tables = super::partitions::with_descendants(oid);
+    let mut tables = super::partitions::tree_of(oid);
     for r in store_relations(ext, caller, oid, table, watch_id, related) {
         tables.extend(super::partitions::with_descendants(r));
     }
@@ -844,7 +812,7 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    let mut tables = super::partitions::with_descendants(oid);
+    let mut tables = super::partitions::tree_of(oid);
     for r in related::tables_of_ended_watches(ext, oid) {
         tables.extend(super::partitions::with_descendants(r));
     }
@@ -1023,15 +991,7 @@ fn indexnow_schema_renamed(schema: pg_sys::Oid) {
 /// Not before `ALTER EXTENSION indexnow UPDATE`: the statements would call this release's
 /// functions, which a database on the SQL of an earlier release does not have.
 pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
-    // A table without its capture triggers is not being watched yet: a restore (pg_restore
-    // alters the table before it makes its triggers), or triggers dropped by hand.
-    let has_triggers = crate::plan_cache::get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger \
-                         WHERE tgrelid = $1 AND tgname = 'indexnow_capture_insert')",
-        &[table.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"));
-    if crate::extension::version_mismatch().is_some() || has_triggers != Some(true) {
+    if crate::extension::version_mismatch().is_some() || !triggers::on(table) {
         return;
     }
     let watches: Vec<(i32, String)> = Spi::connect(|client| {

@@ -192,6 +192,41 @@ fn pg_dump_and_restore_keep_the_watch_working() {
     );
 }
 
+/// A partitioned table watched, and one of its partitions watched on its own: the dump restores
+/// (the capture triggers are the dump's, not made again by the event triggers on the way) and both
+/// watches capture in the restored database.
+#[test]
+fn pg_dump_and_restore_keep_watched_partitions_working() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE parts (id int PRIMARY KEY, slug text NOT NULL) PARTITION BY RANGE (id);
+         CREATE TABLE parts_a PARTITION OF parts FOR VALUES FROM (0) TO (10);
+         INSERT INTO parts VALUES (1, 'x');
+         SELECT indexnow_watch('parts', url => 'https://www.example.com/{slug}');
+         SELECT indexnow_watch('parts_a', url => 'https://www.example.com/a/{slug}');",
+    )
+    .unwrap();
+    let mut restored = cluster.dump_and_restore("site", "restored");
+    restored
+        .batch_execute(
+            "SELECT indexnow_derive(); \
+             UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+               last_pushed_at = now() WHERE request_seq > settled_seq; \
+             UPDATE parts SET slug = 'y'",
+        )
+        .unwrap();
+    assert_eq!(
+        queued(&mut restored),
+        vec![
+            "https://www.example.com/a/x moved",
+            "https://www.example.com/a/y created",
+            "https://www.example.com/x moved",
+            "https://www.example.com/y created"
+        ]
+    );
+}
+
 #[test]
 fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
     let cluster = Cluster::start(Options::default());

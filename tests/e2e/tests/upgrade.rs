@@ -27,7 +27,8 @@ const BOOKS: &str = "CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NUL
                      CREATE TABLE shelves_low PARTITION OF shelves FOR VALUES FROM (0) TO (100); \
                      CREATE TABLE books (id int PRIMARY KEY, spare int REFERENCES shelves, \
                        shelf int REFERENCES shelves, slug text NOT NULL);";
-const BOOKS_WATCH: &str = "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+const BOOKS_WATCH: &str =
+    "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
                              (SELECT s.slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
                              related => '{shelves}');";
 
