@@ -2353,6 +2353,66 @@ fn a_tree_moves_the_pages_below_those_another_related_table_moves() {
     );
 }
 
+/// A related table named twice is one; a watch made again without it takes the triggers off it.
+#[pg_test]
+fn a_related_table_named_twice_is_one_and_dropped_from_related_loses_its_triggers() {
+    run("CREATE TABLE racks (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE tapes (id int PRIMARY KEY, rack int REFERENCES racks, slug text)");
+    let watch = |related: &str| {
+        run(&format!(
+            "SELECT indexnow_watch('tapes', url_sql => $$'https://www.example.com/' || \
+               (SELECT slug FROM racks r2 WHERE r2.id = rack) || '/' || slug$${related})"
+        ))
+    };
+    watch(", related => '{racks,public.racks}'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_relations"), 1);
+    let triggers = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'racks'::regclass \
+                      AND tgname LIKE 'indexnow_capture_%'";
+    assert_eq!(count(triggers), 4);
+    watch("");
+    assert_eq!(count("SELECT count(*) FROM indexnow_relations"), 0);
+    assert_eq!(count(triggers), 0);
+}
+
+/// A related table with a foreign table below it (an archive kept elsewhere): the foreign table
+/// gets no capture triggers (it can have none with transition tables), and the watch works.
+#[pg_test]
+fn a_related_table_with_a_foreign_child_can_be_watched() {
+    run("CREATE FOREIGN DATA WRAPPER indexnow_test_fdw");
+    run("CREATE SERVER indexnow_test_files FOREIGN DATA WRAPPER indexnow_test_fdw");
+    run("CREATE TABLE bins (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE FOREIGN TABLE bins_archive () INHERITS (bins) SERVER indexnow_test_files");
+    run("CREATE TABLE jars (id int PRIMARY KEY, bin int REFERENCES bins, slug text)");
+    run("INSERT INTO bins VALUES (1, 'tea')");
+    run("INSERT INTO jars VALUES (1, 1, 'green')");
+    run(
+        "SELECT indexnow_watch('jars', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM ONLY bins b WHERE b.id = bin) || '/' || slug$$, related => '{bins}')",
+    );
+    pushed();
+    run("UPDATE ONLY bins SET slug = 'tisane'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/tea/green moved\n\
+         https://www.example.com/tisane/green created"
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "more than 16 chains of foreign keys lead from public.many to related table public.media")]
+fn more_chains_to_a_related_table_than_are_followed_are_refused() {
+    run("CREATE TABLE media (id int PRIMARY KEY, slug text NOT NULL)");
+    let columns = (1..=17)
+        .map(|i| format!("m{i} int REFERENCES media"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    run(&format!("CREATE TABLE many (id int PRIMARY KEY, slug text, {columns})"));
+    run(
+        "SELECT indexnow_watch('many', url_sql => $$'https://www.example.com/' || \
+           (SELECT slug FROM media WHERE id = m17) || '/' || slug$$, related => '{media}')",
+    );
+}
+
 /// A partitioned related table written straight to a partition, one there when the watch was
 /// made and one attached after: the watched rows that read the written rows are derived as for a
 /// write through the partitioned table; unwatching takes the triggers off every partition.

@@ -240,7 +240,8 @@ fn renamed_bare_column(expression: &str, old: &str, new: &str) -> Option<String>
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '_' || c == '$') =>
         {
-            name.to_lowercase()
+            // (PostgreSQL folds A-Z only)
+            name.to_ascii_lowercase()
         }
         None => return None,
     };
@@ -279,6 +280,10 @@ mod tests {
         assert_eq!(r("\"Pub\"", "Pub", "Is Live"), Some("\"Is Live\"".into()));
         assert_eq!(r("Published", "published", "live"), Some("\"live\"".into()));
         assert_eq!(r("Published", "Published", "live"), None);
+        assert_eq!(
+            r("Öffentlich", "Öffentlich", "live"),
+            Some("\"live\"".into())
+        );
         assert_eq!(r("NOT published", "published", "live"), None);
         assert_eq!(r("published_at", "published", "live"), None);
         assert_eq!(r("\"a\"b\"", "a", "x"), None);

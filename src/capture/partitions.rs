@@ -49,7 +49,8 @@ pub fn watched_ancestors(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
         .collect()
 }
 
-/// The tables above `table`, nearest first.
+/// The tables above `table`, nearest first (foreign tables left out: they can have no triggers
+/// with transition tables; a write through their parent is still seen there).
 pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     Spi::connect(|client| {
         client
@@ -59,7 +60,8 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
                    UNION ALL \
                    SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
                      JOIN up ON i.inhrelid = up.oid) \
-                 SELECT oid FROM up ORDER BY depth",
+                 SELECT up.oid FROM up JOIN pg_catalog.pg_class c ON c.oid = up.oid \
+                  WHERE c.relkind IN ('r', 'p') ORDER BY up.depth",
                 None,
                 &[table.into()],
             )?
@@ -84,7 +86,7 @@ pub fn with_descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     all
 }
 
-/// Every table below `table`.
+/// Every table below `table` (foreign tables left out, as above).
 pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     Spi::connect(|client| {
         client
@@ -93,7 +95,8 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
                    SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1 \
                    UNION \
                    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
-                 SELECT oid FROM down",
+                 SELECT down.oid FROM down JOIN pg_catalog.pg_class c ON c.oid = down.oid \
+                  WHERE c.relkind IN ('r', 'p')",
                 None,
                 &[table.into()],
             )?

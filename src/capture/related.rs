@@ -89,7 +89,14 @@ pub fn plan(
                     rows: String::new(),
                 });
             }
-            let paths = paths(&keys, watched, *oid);
+            let paths = paths(&keys, watched, *oid, PATHS_AT_MOST + 1);
+            if paths.len() > PATHS_AT_MOST {
+                return Err(format!(
+                    "more than {PATHS_AT_MOST} chains of foreign keys lead from {watched_name} to \
+                     related table {label}: a watch follows every one, at most {PATHS_AT_MOST}; \
+                     name fewer related tables (the ones between them make the chains)"
+                ));
+            }
             if paths.is_empty() {
                 return Err(format!(
                     "related table {label} is not reachable from {} through foreign keys among \
@@ -156,16 +163,22 @@ struct Related {
     rows: String,
 }
 
-/// At most this many paths from the watched table to one related table are followed.
+/// At most this many paths from the watched table to one related table are followed (a watch
+/// with more is refused).
 const PATHS_AT_MOST: usize = 16;
 
 /// The chains of foreign keys from `from` (child) to `to` (parent) that pass no table twice,
-/// shortest first, at most [`PATHS_AT_MOST`]. Searched breadth first, so a dense graph of foreign
-/// keys among many related tables is not walked to its end (its simple paths grow as a factorial).
-fn paths(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Vec<Vec<ForeignKey>> {
+/// shortest first, at most `at_most`. Searched breadth first, so a dense graph of foreign keys
+/// among many related tables is not walked to its end (its simple paths grow as a factorial).
+fn paths(
+    keys: &[ForeignKey],
+    from: pg_sys::Oid,
+    to: pg_sys::Oid,
+    at_most: usize,
+) -> Vec<Vec<ForeignKey>> {
     let mut found = vec![];
     let mut chains: Vec<(pg_sys::Oid, Vec<&ForeignKey>)> = vec![(from, vec![])];
-    while !chains.is_empty() && found.len() < PATHS_AT_MOST {
+    while !chains.is_empty() && found.len() < at_most {
         let mut longer = vec![];
         for (at, chain) in chains {
             for fk in keys.iter().filter(|k| k.child == at) {
@@ -177,14 +190,14 @@ fn paths(keys: &[ForeignKey], from: pg_sys::Oid, to: pg_sys::Oid) -> Vec<Vec<For
                 next.push(fk);
                 if fk.parent == to {
                     found.push(next.into_iter().cloned().collect());
-                } else if longer.len() < PATHS_AT_MOST * keys.len() {
+                } else if longer.len() < at_most * keys.len() {
                     longer.push((fk.parent, next));
                 }
             }
         }
         chains = longer;
     }
-    found.truncate(PATHS_AT_MOST);
+    found.truncate(at_most);
     found
 }
 
@@ -428,7 +441,7 @@ mod tests {
         let keys: Vec<ForeignKey> = (1..=16)
             .flat_map(|a| (1..=16).filter(move |b| *b != a).map(move |b| fk(a, b)))
             .collect();
-        let found = paths(&keys, Oid::from(1), Oid::from(2));
+        let found = paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST);
         assert_eq!(found.len(), PATHS_AT_MOST);
         assert_eq!(found[0].len(), 1);
         assert!(found.windows(2).all(|w| w[0].len() <= w[1].len()));
@@ -439,6 +452,9 @@ mod tests {
         }
         // A chain that comes back through the table it started from is no path.
         let keys = vec![fk(1, 3), fk(3, 1), fk(1, 2)];
-        assert_eq!(paths(&keys, Oid::from(1), Oid::from(2)).len(), 1);
+        assert_eq!(
+            paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST).len(),
+            1
+        );
     }
 }

@@ -292,7 +292,16 @@ fn indexnow_watch(
     };
     // As the caller: every argument checked against the table, with the caller's rights.
     let checked = check(&ext, caller, oid, &given);
-    let related = related.map(|names| names.iter().map(|n| related_table(n)).collect());
+    // (one table named twice, `{shelves,public.shelves}`, is one related table)
+    let related = related.map(|names| {
+        let mut tables: Vec<String> = vec![];
+        for table in names.iter().map(|n| related_table(n)) {
+            if !tables.contains(&table) {
+                tables.push(table);
+            }
+        }
+        tables
+    });
     // The extension's part, as its owner.
     owner::as_extension_owner(&ext.clone(), || {
         // What the table's writes recorded so far is derived under the watches they were made for.
@@ -719,12 +728,21 @@ fn store_relations(
     for r in &relations {
         check_trigger_privilege(caller, r.table, &r.label, "indexnow_watch: related");
     }
-    spi(
+    let before: Vec<pg_sys::Oid> = spi(
         "storing the watch's related tables",
-        Spi::run_with_args(
-            &format!("DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1"),
-            &[watch_id.into()],
-        ),
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    &format!(
+                        "DELETE FROM {ext}.indexnow_relations WHERE watch_id = $1 \
+                         RETURNING tbl::pg_catalog.oid"
+                    ),
+                    None,
+                    &[watch_id.into()],
+                )?
+                .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        }),
     );
     for r in &relations {
         spi(
@@ -741,6 +759,14 @@ fn store_relations(
                 ],
             ),
         );
+    }
+    // A table the watch no longer reads loses the triggers, unless another watch needs them.
+    for t in before
+        .into_iter()
+        .filter(|t| !relations.iter().any(|r| r.table == *t))
+        .flat_map(super::partitions::with_descendants)
+    {
+        super::partitions::drop_triggers_if_unused(ext, t);
     }
     relations.iter().map(|r| r.table).collect()
 }
