@@ -2353,6 +2353,36 @@ fn a_tree_moves_the_pages_below_those_another_related_table_moves() {
     );
 }
 
+/// A related table that is a tree itself (nested categories, each URL made of the category's
+/// path): a change to a category moves the articles of every category below it.
+#[pg_test]
+fn a_related_tree_moves_the_rows_that_reference_the_rows_below_a_changed_row() {
+    run("CREATE TABLE kinds (id int PRIMARY KEY, parent int REFERENCES kinds, slug text NOT NULL)");
+    run(
+        "CREATE FUNCTION kind_path(kind int) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC \
+           WITH RECURSIVE up(id, parent, slug, depth) AS ( \
+             SELECT id, parent, slug, 0 FROM kinds WHERE id = kind \
+             UNION ALL SELECT k.id, k.parent, k.slug, up.depth + 1 FROM kinds k \
+                         JOIN up ON k.id = up.parent) \
+             CYCLE id SET looped USING visited \
+           SELECT string_agg(slug, '/' ORDER BY depth DESC) FROM up WHERE NOT looped; END",
+    );
+    run("CREATE TABLE finds (id int PRIMARY KEY, kind int REFERENCES kinds, slug text NOT NULL)");
+    run("INSERT INTO kinds VALUES (1, NULL, 'sport'), (2, 1, 'football'), (3, 2, 'cups'), (4, NULL, 'arts')");
+    run("INSERT INTO finds VALUES (1, 3, 'final'), (2, 4, 'opera')");
+    run(
+        "SELECT indexnow_watch('finds', url_sql => $$'https://www.example.com/' || \
+           kind_path(kind) || '/' || slug$$, related => '{kinds}')",
+    );
+    pushed();
+    run("UPDATE kinds SET slug = 'sports' WHERE id = 1");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/sport/football/cups/final moved\n\
+         https://www.example.com/sports/football/cups/final created"
+    );
+}
+
 /// A related table named twice is one; a watch made again without it takes the triggers off it.
 #[pg_test]
 fn a_related_table_named_twice_is_one_and_dropped_from_related_loses_its_triggers() {

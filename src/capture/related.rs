@@ -117,12 +117,16 @@ pub fn plan(
             }
             // Every path is followed (an article's main and second category, an author and an
             // editor): a row reached by one its expressions do not read is derived for nothing.
+            // A related table that is a tree itself (nested categories): the rows below a
+            // written row are written rows too (a category path reads its ancestors).
+            let written = below_written(&keys, *oid, &names[oid], &paths);
             let found = |select: &str| {
                 paths
                     .iter()
                     .map(|path| dependents(&watched_name, select, path, &names))
                     .collect::<Vec<_>>()
                     .join(" UNION ALL ")
+                    .replace(CHANGED, &written)
             };
             Ok(Related {
                 relation: Relation {
@@ -199,6 +203,62 @@ fn paths(
     }
     found.truncate(at_most);
     found
+}
+
+/// The written rows of related table `table` as the dependents queries read them: the rows of
+/// the trigger's transition tables, and, when the table has foreign keys to itself (of built-in
+/// types), every row below them, recursively (`UNION` ends a cycle).
+fn below_written(
+    keys: &[ForeignKey],
+    table: pg_sys::Oid,
+    name: &str,
+    paths: &[Vec<ForeignKey>],
+) -> String {
+    let own: Vec<&ForeignKey> = keys
+        .iter()
+        .filter(|k| k.child == table && k.parent == table)
+        .filter(|k| k.types.iter().all(|t| super::owner::built_in(*t)))
+        .collect();
+    if own.is_empty() {
+        return CHANGED.to_string();
+    }
+    let mut carried: Vec<&String> = vec![];
+    let last_hops = paths.iter().filter_map(|p| p.last());
+    for c in last_hops
+        .flat_map(|fk| &fk.parent_cols)
+        .chain(own.iter().flat_map(|fk| &fk.parent_cols))
+    {
+        if !carried.contains(&c) {
+            carried.push(c);
+        }
+    }
+    let list = |alias: &str| {
+        carried
+            .iter()
+            .map(|c| format!("{alias}.{}", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let on = own
+        .iter()
+        .map(|fk| {
+            let on = fk
+                .child_cols
+                .iter()
+                .zip(&fk.parent_cols)
+                .map(|(c, p)| format!("c.{} = d.{}", quote_ident(c), quote_ident(p)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            format!("({on})")
+        })
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    format!(
+        "(WITH RECURSIVE d AS (SELECT {first} FROM {CHANGED} r \
+           UNION SELECT {next} FROM {name} c JOIN d ON {on}) SELECT * FROM d)",
+        first = list("r"),
+        next = list("c"),
+    )
 }
 
 /// The watched table as its own related table: a tree (a page and its parent page). A written
