@@ -75,6 +75,8 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
     {
         drop_triggers_if_unused(&ext, r);
     }
+    // (and the tables it was below: the catalog no longer says which)
+    super::partitions::drop_unused_triggers(&ext);
     notice!(
         "indexnow: {identity} was dropped: {removed} of its URLs search engines were told of are \
          queued as deleted, and its watches are gone"

@@ -74,9 +74,32 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// `table` and every table above and below it: the tables whose statements write a watched
 /// table's rows (a statement fires the triggers of the table it names only).
 pub fn tree_of(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    let mut all = ancestors(table);
+    // (not a table above with a foreign table below it: PostgreSQL would refuse every UPDATE and
+    // DELETE through it; writes through it are then not seen for the watched table below)
+    let mut all: Vec<pg_sys::Oid> = ancestors(table)
+        .into_iter()
+        .filter(|t| foreign_below(*t).is_none())
+        .collect();
     all.extend(with_descendants(table));
     all
+}
+
+/// A foreign table below `table`, as `schema.name`, if there is one. A table whose statement
+/// triggers collect transition tables refuses UPDATE and DELETE through it when a foreign table
+/// is below it ("cannot collect transition tuples from child foreign tables").
+pub fn foreign_below(table: pg_sys::Oid) -> Option<String> {
+    crate::plan_cache::get_one::<String>(
+        "WITH RECURSIVE down(oid) AS ( \
+           SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1 \
+           UNION \
+           SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
+         SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) FROM down \
+           JOIN pg_catalog.pg_class c ON c.oid = down.oid \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+          WHERE c.relkind = 'f' ORDER BY 1 LIMIT 1",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for foreign tables below a table: {e}"))
 }
 
 /// `table` and every table below it.
@@ -161,21 +184,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
         follow_related_table_altered(&ext, table);
     }
     // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.
-    let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t \
-                  WHERE t.tgname = 'indexnow_capture_insert'",
-                None,
-                &[],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
-    for t in with_triggers {
-        drop_triggers_if_unused(&ext, t);
-    }
+    drop_unused_triggers(&ext);
 }
 
 /// After an `ALTER TABLE` of `table`, the watches of other tables that read it as a related table
@@ -232,13 +241,37 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     )
     .unwrap_or_else(|e| error!("indexnow: removing the capture triggers: {e}"))
     .unwrap_or(true);
+    // A table above a watched one that has a foreign table below it now (attached since) loses
+    // them: with them, PostgreSQL would refuse every UPDATE and DELETE through it.
+    let foreign = !used && foreign_below(table).is_some();
     if used
-        || !watched_in_tree(ext, table).is_empty()
-        || !related_tables_above(ext, table).is_empty()
+        || (!foreign
+            && (!watched_in_tree(ext, table).is_empty()
+                || !related_tables_above(ext, table).is_empty()))
     {
         return;
     }
     triggers::drop(&triggers::table_qualified(table));
+}
+
+/// Takes the capture triggers off every table that no longer needs them (a table left a watched
+/// tree, a watched table below it was dropped).
+pub fn drop_unused_triggers(ext: &str) {
+    let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t \
+                  WHERE t.tgname = 'indexnow_capture_insert'",
+                None,
+                &[],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
+    for t in with_triggers {
+        drop_triggers_if_unused(ext, t);
+    }
 }
 
 /// The tables at or above `table` (a partition or inheritance child) that active watches read as

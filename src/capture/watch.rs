@@ -206,6 +206,14 @@ fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
              that derive and send cannot read them"
         ));
     }
+    if let Some(foreign) = super::partitions::foreign_below(oid) {
+        watch_error(format!(
+            "{label} has the foreign table {foreign} below it: PostgreSQL refuses UPDATE and \
+             DELETE through a table whose triggers collect the written rows when a foreign \
+             table is below it, so the capture triggers would make those writes fail; watch the \
+             tables below it instead"
+        ));
+    }
     if row_security {
         watch_error(format!(
             "row-level security applies to role {} on {label}: a watch reads every row as the \
