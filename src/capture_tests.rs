@@ -2645,6 +2645,26 @@ fn a_watched_partition_sees_writes_through_its_parent_and_both_can_be_watched() 
     );
 }
 
+/// A watched table attached under a middle partition after the top table's writes were seen: the
+/// next write through the top table is captured for it.
+#[pg_test]
+fn a_watched_table_attached_deep_in_a_tree_is_captured_through_the_top() {
+    run("CREATE TABLE g (id int PRIMARY KEY, slug text NOT NULL) PARTITION BY RANGE (id)");
+    run("CREATE TABLE g_r PARTITION OF g FOR VALUES FROM (0) TO (10)");
+    run("CREATE TABLE g_p PARTITION OF g FOR VALUES FROM (10) TO (100) PARTITION BY RANGE (id)");
+    run("SELECT indexnow_watch('g_r', url => 'https://www.example.com/r/{slug}')");
+    run("INSERT INTO g VALUES (1, 'a')");
+    run("CREATE TABLE q (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('q', url => 'https://www.example.com/q/{slug}')");
+    run("ALTER TABLE g_p ATTACH PARTITION q FOR VALUES FROM (10) TO (20)");
+    run("INSERT INTO g VALUES (11, 'b')");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/q/b created\n\
+         https://www.example.com/r/a created"
+    );
+}
+
 /// Inheritance children watched each on their own: a write through the parent is captured for
 /// the child whose rows it wrote, also for a child keyed by a column of its own (its whole table
 /// is derived then).

@@ -211,9 +211,15 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let mut own = vec![written];
     own.extend(&above);
     let related_compared = compared(&primary_key, &ignored_by_every_relation(&relations, &own));
+    let below = partitions::descendants(written);
+    // Any change to the tree (a table attached or detached anywhere in it) may change what this
+    // entry captures: an invalidation of any table of it drops the cache.
+    for &table in above.iter().chain(&below) {
+        depend_on(table);
+    }
     let mut captured = vec![written];
     captured.extend(&above);
-    captured.extend(partitions::descendants(written));
+    captured.extend(below);
     let captures = captured
         .into_iter()
         .filter_map(|watched| {

@@ -61,7 +61,7 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
                    SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
                      JOIN up ON i.inhrelid = up.oid) \
                  SELECT up.oid FROM up JOIN pg_catalog.pg_class c ON c.oid = up.oid \
-                  WHERE c.relkind IN ('r', 'p') ORDER BY up.depth",
+                  WHERE c.relkind IN ('r', 'p') GROUP BY up.oid ORDER BY min(up.depth), up.oid",
                 None,
                 &[table.into()],
             )?
@@ -76,8 +76,10 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 pub fn tree_of(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     // (not a table above with a foreign table below it: PostgreSQL would refuse every UPDATE and
     // DELETE through it; writes through it are then not seen for the watched table below)
+    // (top first, the order PostgreSQL locks a tree in)
     let mut all: Vec<pg_sys::Oid> = ancestors(table)
         .into_iter()
+        .rev()
         .filter(|t| foreign_below(*t).is_none())
         .collect();
     all.extend(with_descendants(table));
@@ -161,7 +163,9 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     for w in &watched {
         // (a restore makes the triggers itself, after the tables: `triggers::on`)
         if triggers::on(*w) {
-            for t in tree_of(*w) {
+            // (only where they are missing: making them again would lock the tables above
+            // this one after it, against a write through them that locks them first)
+            for t in tree_of(*w).into_iter().filter(|t| !triggers::on(*t)) {
                 triggers::install(&ext, &triggers::table_qualified(t));
             }
         }
@@ -176,7 +180,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
         .into_iter()
         .filter(|r| triggers::on(*r))
     {
-        for d in descendants(r) {
+        for d in descendants(r).into_iter().filter(|d| !triggers::on(*d)) {
             triggers::install(&ext, &triggers::table_qualified(d));
         }
     }
@@ -218,8 +222,9 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
     }
 }
 
-/// Drops the capture triggers of `table` when no active watch watches it, a table above it or
-/// reads it.
+/// Drops the capture triggers of `table` when no active watch watches it, a table above or below
+/// it, or reads it or a table above it (and, but for its own watches and relations, when a
+/// foreign table is below it).
 pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     // (a table dropped with its triggers, or in the same statement)
     let exists = crate::plan_cache::get_one::<bool>(

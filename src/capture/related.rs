@@ -89,7 +89,10 @@ pub fn plan(
                     rows: String::new(),
                 });
             }
-            let paths = paths(&keys, watched, *oid, PATHS_AT_MOST + 1);
+            let paths = paths(&keys, watched, *oid, PATHS_AT_MOST + 1).unwrap_or_else(|| {
+                // (too many partial chains to search: as good as too many chains)
+                vec![vec![]; PATHS_AT_MOST + 1]
+            });
             if paths.len() > PATHS_AT_MOST {
                 return Err(format!(
                     "more than {PATHS_AT_MOST} chains of foreign keys lead from {watched_name} to \
@@ -172,15 +175,17 @@ struct Related {
 const PATHS_AT_MOST: usize = 16;
 
 /// The chains of foreign keys from `from` (child) to `to` (parent) that pass no table twice,
-/// shortest first, at most `at_most`. Searched breadth first, so a dense graph of foreign keys
+/// shortest first, at most `at_most`; `None` when there are too many partial chains to search.
+/// Searched breadth first, so a dense graph of foreign keys
 /// among many related tables is not walked to its end (its simple paths grow as a factorial).
 fn paths(
     keys: &[ForeignKey],
     from: pg_sys::Oid,
     to: pg_sys::Oid,
     at_most: usize,
-) -> Vec<Vec<ForeignKey>> {
+) -> Option<Vec<Vec<ForeignKey>>> {
     let mut found = vec![];
+    let mut cut = false;
     let mut chains: Vec<(pg_sys::Oid, Vec<&ForeignKey>)> = vec![(from, vec![])];
     while !chains.is_empty() && found.len() < at_most {
         let mut longer = vec![];
@@ -196,13 +201,19 @@ fn paths(
                     found.push(next.into_iter().cloned().collect());
                 } else if longer.len() < at_most * keys.len() {
                     longer.push((fk.parent, next));
+                } else {
+                    cut = true;
                 }
             }
         }
         chains = longer;
     }
+    // (chains left unsearched may reach `to`: too many to follow, not none)
+    if cut && found.len() < at_most {
+        return None;
+    }
     found.truncate(at_most);
-    found
+    Some(found)
 }
 
 /// The written rows of related table `table` as the dependents queries read them: the rows of
@@ -239,8 +250,18 @@ fn below_written(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let on = own
-        .iter()
+    let on = below_parent(&own);
+    format!(
+        "(WITH RECURSIVE d AS (SELECT {first} FROM {CHANGED} r \
+           UNION SELECT {next} FROM {name} c JOIN d ON {on}) SELECT * FROM d)",
+        first = list("r"),
+        next = list("c"),
+    )
+}
+
+/// The join of a row `c` to its parent row `d` along any of a table's foreign keys to itself.
+fn below_parent(own: &[&ForeignKey]) -> String {
+    own.iter()
         .map(|fk| {
             let on = fk
                 .child_cols
@@ -252,13 +273,7 @@ fn below_written(
             format!("({on})")
         })
         .collect::<Vec<_>>()
-        .join(" OR ");
-    format!(
-        "(WITH RECURSIVE d AS (SELECT {first} FROM {CHANGED} r \
-           UNION SELECT {next} FROM {name} c JOIN d ON {on}) SELECT * FROM d)",
-        first = list("r"),
-        next = list("c"),
-    )
+        .join(" OR ")
 }
 
 /// The watched table as its own related table: a tree (a page and its parent page). A written
@@ -328,20 +343,7 @@ fn descendants(watched: &str, key: &[String], own: &[&ForeignKey]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" OR ");
-    let below = own
-        .iter()
-        .map(|fk| {
-            let on = fk
-                .child_cols
-                .iter()
-                .zip(&fk.parent_cols)
-                .map(|(c, p)| format!("c.{} = d.{}", quote_ident(c), quote_ident(p)))
-                .collect::<Vec<_>>()
-                .join(" AND ");
-            format!("({on})")
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ");
+    let below = below_parent(own);
     format!(
         "SELECT {k} AS k FROM (WITH RECURSIVE d AS ( \
            SELECT {first} FROM {watched} t0 WHERE {written} \
@@ -501,7 +503,7 @@ mod tests {
         let keys: Vec<ForeignKey> = (1..=16)
             .flat_map(|a| (1..=16).filter(move |b| *b != a).map(move |b| fk(a, b)))
             .collect();
-        let found = paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST);
+        let found = paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST).unwrap();
         assert_eq!(found.len(), PATHS_AT_MOST);
         assert_eq!(found[0].len(), 1);
         assert!(found.windows(2).all(|w| w[0].len() <= w[1].len()));
@@ -513,8 +515,20 @@ mod tests {
         // A chain that comes back through the table it started from is no path.
         let keys = vec![fk(1, 3), fk(3, 1), fk(1, 2)];
         assert_eq!(
-            paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST).len(),
+            paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST)
+                .unwrap()
+                .len(),
             1
         );
+    }
+
+    #[test]
+    fn a_search_that_cannot_look_at_every_chain_says_so() {
+        // Ten tables that all reference each other, and a related table none of them reaches:
+        // with room for one path the search stops early, and does not answer "no chain".
+        let keys: Vec<ForeignKey> = (1..=10)
+            .flat_map(|a| (1..=10).filter(move |b| *b != a).map(move |b| fk(a, b)))
+            .collect();
+        assert!(paths(&keys, Oid::from(1), Oid::from(50), 1).is_none());
     }
 }

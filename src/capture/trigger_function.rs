@@ -1,8 +1,9 @@
 //! `_indexnow_capture()`: the trigger function on every watched table.
 //!
 //! Every capture trigger (statement-level, with transition tables, plus TRUNCATE) calls this
-//! function. For each event it takes what this backend knows of the table (`super::cache`: its
-//! watches, the related-table watches that read it, its key), and for an UPDATE first asks which
+//! function. For each event it takes what this backend knows of the table (`super::cache`: the
+//! watched tables whose rows it writes, each with its watches and key, and the related-table
+//! watches that read it), and for an UPDATE first asks which
 //! watches have anything to do (the UPDATE gate); then it derives the event in the statement
 //! (small events at READ COMMITTED, `indexnow.derive_at_write`) or records its keys as change
 //! sets, and finds the watched rows that read the written rows (related tables).

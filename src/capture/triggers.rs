@@ -1,5 +1,5 @@
-//! The capture triggers every watched table (and every partition of it, and every related table)
-//! carries: four statement-level triggers, all calling `_indexnow_capture()` (`super::trigger_function`).
+//! The capture triggers every watched table, every related table, every partition or inheritance
+//! child below them, and every table above a watched one carries: four statement-level triggers, all calling `_indexnow_capture()` (`super::trigger_function`).
 //! Installed by `indexnow_watch()` and by the partition event trigger, dropped when no active
 //! watch needs them.
 

