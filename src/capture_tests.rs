@@ -2665,6 +2665,21 @@ fn a_watched_table_attached_deep_in_a_tree_is_captured_through_the_top() {
     );
 }
 
+/// Watching a child puts the capture triggers on its parent too: a caller without TRIGGER on the
+/// parent (another role's table) is refused.
+#[pg_test]
+#[should_panic(expected = "indexnow_watch: the table above: permission denied for table public.mom")]
+fn watching_a_child_needs_the_trigger_privilege_on_its_parent() {
+    run("CREATE ROLE indexnow_test_kin");
+    run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_kin");
+    run("SELECT indexnow_grant_watching('indexnow_test_kin')");
+    run("CREATE TABLE public.mom (id int, slug text NOT NULL)");
+    run("CREATE TABLE public.mom_k (PRIMARY KEY (id)) INHERITS (public.mom)");
+    run("ALTER TABLE public.mom_k OWNER TO indexnow_test_kin");
+    run("SET LOCAL ROLE indexnow_test_kin");
+    run("SELECT indexnow_watch('public.mom_k', url => 'https://www.example.com/{slug}')");
+}
+
 /// Inheritance children watched each on their own: a write through the parent is captured for
 /// the child whose rows it wrote, also for a child keyed by a column of its own (its whole table
 /// is derived then).
