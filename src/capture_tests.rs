@@ -2665,6 +2665,42 @@ fn a_watched_table_attached_deep_in_a_tree_is_captured_through_the_top() {
     );
 }
 
+/// A watched table made an inheritance child, and a related table attached as a partition: both
+/// ALTERs succeed on every minor release (some refuse a table with transition-table triggers
+/// joining a tree), and both tables keep being captured.
+#[pg_test]
+fn a_watched_or_related_table_joining_a_tree_keeps_its_capture() {
+    run("CREATE TABLE kin (id int, slug text NOT NULL)");
+    run("CREATE TABLE kin_c (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('kin_c', url => 'https://www.example.com/k/{slug}')");
+    run("ALTER TABLE kin_c INHERIT kin");
+    run("INSERT INTO kin_c VALUES (1, 'a')");
+    run("UPDATE kin SET slug = 'b'");
+    assert_eq!(pending(), "https://www.example.com/k/b created");
+
+    run("CREATE TABLE shelves (code text PRIMARY KEY, name text) PARTITION BY LIST (code)");
+    run("CREATE TABLE shelves_x (code text PRIMARY KEY, name text)");
+    run(
+        "CREATE TABLE books (id int PRIMARY KEY, slug text NOT NULL, \
+           shelf text NOT NULL REFERENCES shelves_x (code))",
+    );
+    run(
+        "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.name FROM shelves_x s WHERE s.code = shelf) || '/' || slug$$, \
+           related => '{shelves_x}')",
+    );
+    run("INSERT INTO shelves_x VALUES ('x', 'ex')");
+    run("INSERT INTO books VALUES (1, 'one', 'x')");
+    pushed();
+    run("ALTER TABLE shelves ATTACH PARTITION shelves_x FOR VALUES IN ('x')");
+    run("UPDATE shelves_x SET name = 'ex2'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/ex/one moved\n\
+         https://www.example.com/ex2/one created"
+    );
+}
+
 /// Watching a child puts the capture triggers on its parent too: a caller without TRIGGER on the
 /// parent (another role's table) is refused.
 #[pg_test]

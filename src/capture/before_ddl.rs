@@ -15,6 +15,13 @@
 //!   child's rows are gone (their pages removed). At the end of the DROP the child is no longer
 //!   in the catalog, so nothing would tell which watched table it was under.
 //!
+//! - A table with capture triggers about to join a tree (`ALTER TABLE ... ATTACH PARTITION`,
+//!   `ALTER TABLE ... INHERIT`): its triggers are taken off, and the end of the ALTER puts them
+//!   back (`super::partitions::before_joining`). Minor releases before the fix (16.2 among them)
+//!   refuse any trigger with transition tables on a table joining a tree ("trigger
+//!   indexnow_capture_delete prevents table ... from becoming a partition"), statement triggers
+//!   included, though they allow making one on a partition.
+//!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
 use super::template::{self, Part};
@@ -47,6 +54,8 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         column_renamed(&*(parsetree as *mut pg_sys::RenameStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_DropStmt) {
         tables_dropped(&*(parsetree as *mut pg_sys::DropStmt))
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt) {
+        tables_joining(&*(parsetree as *mut pg_sys::AlterTableStmt))
     } else {
         None
     };
@@ -64,6 +73,9 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
+            Seen::Joining(tables) => tables
+                .iter()
+                .for_each(|t| super::partitions::before_joining(*t)),
         })
     });
     if let Err(failure) = done {
@@ -83,6 +95,7 @@ enum Seen {
         new: String,
     },
     Dropped(Vec<pg_sys::Oid>),
+    Joining(Vec<pg_sys::Oid>),
 }
 
 /// The table a statement names, if it exists.
@@ -133,6 +146,33 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
         .filter_map(|name| relation_of(pg_sys::makeRangeVarFromNameList(name)))
         .collect();
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
+}
+
+/// The tables an `ALTER TABLE` attaches as a partition or makes an inheritance child.
+unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
+    if alter.objtype != pg_sys::ObjectType::OBJECT_TABLE || alter.relation.is_null() {
+        return None;
+    }
+    let commands = pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds);
+    let tables: Vec<pg_sys::Oid> = commands
+        .iter_ptr()
+        .filter_map(|command| match (*command).subtype {
+            pg_sys::AlterTableType::AT_AddInherit => relation_of(alter.relation),
+            pg_sys::AlterTableType::AT_AttachPartition
+                if !(*command).def.is_null()
+                    && pgrx::is_a((*command).def, pg_sys::NodeTag::T_PartitionCmd) =>
+            {
+                let partition = (*command).def as *mut pg_sys::PartitionCmd;
+                if (*partition).name.is_null() {
+                    None
+                } else {
+                    relation_of((*partition).name)
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    (!tables.is_empty()).then_some(Seen::Joining(tables))
 }
 
 /// Each dropped table under a watched table: a whole-table change set for each watched table

@@ -21,6 +21,63 @@
 
 use super::triggers;
 use pgrx::prelude::*;
+use std::cell::RefCell;
+
+thread_local! {
+    /// The tables whose capture triggers [`before_joining`] took off, with the transaction that
+    /// took them off: the end of its `ALTER TABLE` puts them back.
+    static TAKEN_OFF: RefCell<(pg_sys::TransactionId, Vec<pg_sys::Oid>)> =
+        const { RefCell::new((pg_sys::InvalidTransactionId, Vec::new())) };
+}
+
+/// Before `table` joins a tree (`ATTACH PARTITION`, `INHERIT`): its capture triggers are taken
+/// off, to be put back at the end of the `ALTER TABLE` ([`indexnow_table_changed`]). Minor
+/// releases without PostgreSQL's fix refuse a table joining a tree while any trigger of it has
+/// transition tables. Nothing is missed in between: the ALTER holds the table's lock to commit.
+pub fn before_joining(table: pg_sys::Oid) {
+    if !triggers::on(table) {
+        return;
+    }
+    triggers::drop(&triggers::table_qualified(table));
+    // (the drop gave the transaction its id)
+    let xact = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    TAKEN_OFF.with_borrow_mut(|(taken_in, tables)| {
+        if *taken_in != xact {
+            *taken_in = xact;
+            tables.clear();
+        }
+        tables.push(table);
+    });
+}
+
+fn exists(table: pg_sys::Oid) -> bool {
+    crate::plan_cache::get_one::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE oid = $1)",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for a table: {e}"))
+        == Some(true)
+}
+
+/// Puts back the capture triggers [`before_joining`] took off in this transaction, on the tables
+/// still there and without them.
+fn put_back_taken_off(ext: &str) {
+    let xact = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    let tables = TAKEN_OFF.with_borrow_mut(|(taken_in, tables)| {
+        let mine = *taken_in == xact && xact != pg_sys::InvalidTransactionId;
+        let taken = std::mem::take(tables);
+        if mine {
+            taken
+        } else {
+            Vec::new()
+        }
+    });
+    for table in tables {
+        if exists(table) && !triggers::on(table) {
+            triggers::install(ext, &triggers::table_qualified(table));
+        }
+    }
+}
 
 /// The tables above and below `table` (a partition or inheritance child, a parent) with an
 /// active watch, nearest above first.
@@ -140,6 +197,7 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 #[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
+    put_back_taken_off(&ext);
     let watched: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
             .select(
@@ -227,12 +285,7 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
 /// foreign table is below it).
 pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     // (a table dropped with its triggers, or in the same statement)
-    let exists = crate::plan_cache::get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE oid = $1)",
-        &[table.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: looking for a table: {e}"));
-    if exists != Some(true) {
+    if !exists(table) {
         return;
     }
     let used: bool = Spi::get_one_with_args::<bool>(
