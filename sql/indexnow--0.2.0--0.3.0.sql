@@ -353,8 +353,8 @@ $upgrade$;
 -- keys from the watched table to a related table is followed now (before, the shortest only: a
 -- change to an article's second category moved nothing), and the partitions of a partitioned
 -- related table carry the capture triggers (a write straight to one was not seen), as do the
--- tables above a watched partition or inheritance child (a write through the parent was not
--- seen). Each such
+-- tables above a watched or related partition or inheritance child (a write through the parent
+-- was not seen). Each such
 -- watch is made again as after an ALTER SCHEMA ... RENAME (as its maker; a watch that cannot be
 -- made again keeps its old plan, with a WARNING). No row changed: nothing is recorded.
 DO $relations$

@@ -2694,10 +2694,66 @@ fn a_watched_or_related_table_joining_a_tree_keeps_its_capture() {
     pushed();
     run("ALTER TABLE shelves ATTACH PARTITION shelves_x FOR VALUES IN ('x')");
     run("UPDATE shelves_x SET name = 'ex2'");
+    run("UPDATE shelves SET name = 'ex3'");
     assert_eq!(
         pending(),
         "https://www.example.com/ex/one moved\n\
-         https://www.example.com/ex2/one created"
+         https://www.example.com/ex3/one created"
+    );
+}
+
+/// A related table that is a partition, and one that is an inheritance child keyed by a column
+/// of its own, written through the table above them (a statement fires the triggers of the table
+/// it names only): the pages that read the written rows move; a write to another partition moves
+/// nothing; unwatching takes the triggers off the tables above.
+#[pg_test]
+fn a_related_partition_written_through_its_parent_moves_the_pages() {
+    run("CREATE TABLE shelves (code text PRIMARY KEY, name text) PARTITION BY LIST (code)");
+    run("CREATE TABLE shelves_x PARTITION OF shelves FOR VALUES IN ('x')");
+    run("CREATE TABLE shelves_y PARTITION OF shelves FOR VALUES IN ('y')");
+    run(
+        "CREATE TABLE books (id int PRIMARY KEY, slug text NOT NULL, \
+           shelf text NOT NULL REFERENCES shelves_x (code))",
+    );
+    run("INSERT INTO shelves VALUES ('x', 'ex'), ('y', 'why')");
+    run("INSERT INTO books VALUES (1, 'one', 'x')");
+    run(
+        "SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.name FROM shelves_x s WHERE s.code = shelf) || '/' || slug$$, \
+           related => '{shelves_x}')",
+    );
+    run("CREATE TABLE rooms (id int, name text NOT NULL)");
+    run("CREATE TABLE rooms_c (code text PRIMARY KEY) INHERITS (rooms)");
+    run("INSERT INTO rooms_c VALUES (1, 'hall', 'h')");
+    run(
+        "CREATE TABLE seats (id int PRIMARY KEY, room text NOT NULL REFERENCES rooms_c (code), \
+           slug text NOT NULL)",
+    );
+    run("INSERT INTO seats VALUES (1, 'h', 's1')");
+    run(
+        "SELECT indexnow_watch('seats', url_sql => $$'https://www.example.com/' || \
+           (SELECT r.name FROM rooms_c r WHERE r.code = room) || '/' || slug$$, \
+           related => '{rooms_c}')",
+    );
+    pushed();
+    run("UPDATE shelves SET name = 'ex2' WHERE code = 'x'");
+    run("UPDATE shelves SET name = 'why2' WHERE code = 'y'");
+    run("UPDATE rooms SET name = 'aula'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/aula/s1 created\n\
+         https://www.example.com/ex/one moved\n\
+         https://www.example.com/ex2/one created\n\
+         https://www.example.com/hall/s1 moved"
+    );
+    run("SELECT indexnow_unwatch('books')");
+    run("SELECT indexnow_unwatch('seats')");
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
+              AND tgrelid IN ('shelves'::regclass, 'rooms'::regclass)"
+        ),
+        0
     );
 }
 
@@ -2714,6 +2770,31 @@ fn watching_a_child_needs_the_trigger_privilege_on_its_parent() {
     run("ALTER TABLE public.mom_k OWNER TO indexnow_test_kin");
     run("SET LOCAL ROLE indexnow_test_kin");
     run("SELECT indexnow_watch('public.mom_k', url => 'https://www.example.com/{slug}')");
+}
+
+/// A related inheritance child gets the capture triggers on its parent too: a caller without
+/// TRIGGER on the parent (another role's table) is refused.
+#[pg_test]
+#[should_panic(
+    expected = "indexnow_watch: the table above a related table: permission denied for table public.dad"
+)]
+fn a_related_child_needs_the_trigger_privilege_on_its_parent() {
+    run("CREATE ROLE indexnow_test_kin");
+    run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_kin");
+    run("SELECT indexnow_grant_watching('indexnow_test_kin')");
+    run("CREATE TABLE public.dad (id int PRIMARY KEY, name text NOT NULL)");
+    run("CREATE TABLE public.dad_k (PRIMARY KEY (id)) INHERITS (public.dad)");
+    run("ALTER TABLE public.dad_k OWNER TO indexnow_test_kin");
+    run("SET LOCAL ROLE indexnow_test_kin");
+    run(
+        "CREATE TABLE public.toys (id int PRIMARY KEY, slug text NOT NULL, \
+           dad int REFERENCES public.dad_k)",
+    );
+    run(
+        "SELECT indexnow_watch('public.toys', url_sql => $$'https://www.example.com/' || \
+           (SELECT d.name FROM public.dad_k d WHERE d.id = dad) || '/' || slug$$, \
+           related => '{public.dad_k}')",
+    );
 }
 
 /// Inheritance children watched each on their own: a write through the parent is captured for

@@ -39,7 +39,8 @@ pub struct Table {
     pub ext: String,
     /// The watched tables whose rows the written rows are (see [`Capture`]).
     pub captures: Vec<Capture>,
-    /// The related-table watches that read the written table.
+    /// The related-table watches that read the written table, a table above it (a partition
+    /// written directly) or below it (written through its parent).
     pub relations: Vec<Relation>,
     /// The attribute numbers the UPDATE gate compares for the related-table watches (the
     /// written table's primary key and every column, but those every tree relation ignores).
@@ -79,6 +80,9 @@ pub struct Relation {
     /// The query from the written rows to the watch's rows (`super::related`).
     pub dependents: String,
     pub watch: Watch,
+    /// The written table (a parent of the related table) lacks a column the query reads: a
+    /// write records the watch's whole table.
+    pub whole_table: bool,
 }
 
 /// A key column of the written table, and how its value is written in a recorded key.
@@ -139,7 +143,7 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
 
 /// The columns whose change re-derives no related watch's rows: none, unless every relation
 /// reading the written table is a watch's tree of its own rows (`super::related`; `own`: the
-/// written table and the tables above it), whose ignored columns are ignored for the rows below
+/// written table and the tables above and below it), whose ignored columns are ignored for the rows below
 /// a written row too.
 fn ignored_by_every_relation(relations: &[Relation], own: &[pg_sys::Oid]) -> Vec<String> {
     let mut each = relations.iter().map(|r| {
@@ -173,14 +177,30 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
             dependents.extend(reading);
         }
     }
+    // A partitioned (or inherited) table written through: the rows it wrote in a related
+    // partition or child below are that table's written rows too. Its dependents query reads the
+    // written rows' referenced columns: a parent that lacks one (an inheritance child's own
+    // column) records the whole watched table instead.
+    let below = partitions::descendants(written);
+    let mut whole_table = vec![false; dependents.len()];
+    for &table in &below {
+        let reading = related::of_table(&ext, table);
+        if !reading.is_empty() {
+            let readable = related::referenced_columns_in(table, written);
+            whole_table.extend(std::iter::repeat_n(!readable, reading.len()));
+            dependents.extend(reading);
+        }
+    }
     let watches_reading =
         derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());
     let relations: Vec<Relation> = dependents
         .into_iter()
-        .filter_map(|d| {
+        .zip(whole_table)
+        .filter_map(|(d, whole_table)| {
             Some(Relation {
                 watch: watches_reading.iter().find(|w| w.id == d.watch_id)?.clone(),
                 dependents: d.dependents,
+                whole_table,
             })
         })
         .collect();
@@ -210,8 +230,8 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     };
     let mut own = vec![written];
     own.extend(&above);
+    own.extend(&below);
     let related_compared = compared(&primary_key, &ignored_by_every_relation(&relations, &own));
-    let below = partitions::descendants(written);
     // Any change to the tree (a table attached or detached anywhere in it) may change what this
     // entry captures: an invalidation of any table of it drops the cache.
     for &table in above.iter().chain(&below) {

@@ -69,10 +69,7 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
         table,
     );
     let removed = vacate_inactive(&ext, table, Reason::Deleted);
-    for r in related
-        .into_iter()
-        .flat_map(super::partitions::with_descendants)
-    {
+    for r in related.into_iter().flat_map(super::partitions::tree_of) {
         drop_triggers_if_unused(&ext, r);
     }
     // (and the tables it was below: the catalog no longer says which)

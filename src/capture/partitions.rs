@@ -9,8 +9,9 @@
 //! includes them. `TRUNCATE ONLY parent` leaves the children's rows, and the derivation of the whole
 //! table sees them still there. A watched partition or child gets the triggers on the tables above
 //! it too, whose triggers capture for its watches the rows written through them
-//! (`super::cache::Capture`). So too below a related table: a partition's written rows find the
-//! watched rows that reference them with the relation of the related table above it.
+//! (`super::cache::Capture`). So too around a related table: a partition's written rows find the
+//! watched rows that reference them with the relation of the related table above it, and the rows
+//! written through a table above a related partition with the relation of the partition.
 //!
 //! A table that joins or leaves the tree later (`CREATE TABLE ... PARTITION OF`, `ATTACH` and
 //! `DETACH PARTITION`, `ALTER TABLE ... [NO] INHERIT`) is seen by an event trigger at the end of
@@ -233,13 +234,14 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             crate::wake::worker_at_commit();
         }
     }
-    // The partitions of related tables too: a write straight to one fires only its own triggers.
-    for r in related_tables_above(&ext, table)
+    // The tables above and below related tables too: a write straight to a partition, or
+    // through a parent, fires only the triggers of the table it names.
+    for r in related_tables_in_tree(&ext, table)
         .into_iter()
         .filter(|r| triggers::on(*r))
     {
-        for d in descendants(r).into_iter().filter(|d| !triggers::on(*d)) {
-            triggers::install(&ext, &triggers::table_qualified(d));
+        for t in tree_of(r).into_iter().filter(|t| !triggers::on(*t)) {
+            triggers::install(&ext, &triggers::table_qualified(t));
         }
     }
     if tag == "ALTER TABLE" {
@@ -280,9 +282,9 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
     }
 }
 
-/// Drops the capture triggers of `table` when no active watch watches it, a table above or below
-/// it, or reads it or a table above it (and, but for its own watches and relations, when a
-/// foreign table is below it).
+/// Drops the capture triggers of `table` when no active watch watches it or reads it, or a table
+/// above or below it (and, but for its own watches and relations, when a foreign table is below
+/// it).
 pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     // (a table dropped with its triggers, or in the same statement)
     if !exists(table) {
@@ -305,7 +307,7 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     if used
         || (!foreign
             && (!watched_in_tree(ext, table).is_empty()
-                || !related_tables_above(ext, table).is_empty()))
+                || !related_tables_in_tree(ext, table).is_empty()))
     {
         return;
     }
@@ -332,11 +334,12 @@ pub fn drop_unused_triggers(ext: &str) {
     }
 }
 
-/// The tables at or above `table` (a partition or inheritance child) that active watches read as
-/// related tables, the watched table's own tree included.
-fn related_tables_above(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+/// The tables at, above or below `table` that active watches read as related tables, the
+/// watched table's own tree included.
+fn related_tables_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     let mut tables = vec![table];
     tables.extend(ancestors(table));
+    tables.extend(descendants(table));
     Spi::connect(|client| {
         client
             .select(

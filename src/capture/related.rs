@@ -462,6 +462,23 @@ pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
     .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"))
 }
 
+/// Whether `written` (a table above related table `related`) has every column of `related` that
+/// a foreign key references: the columns the dependents queries read from the written rows.
+pub fn referenced_columns_in(related: pg_sys::Oid, written: pg_sys::Oid) -> bool {
+    crate::plan_cache::get_one::<bool>(
+        "SELECT pg_catalog.bool_and(EXISTS ( \
+                  SELECT FROM pg_catalog.pg_attribute w \
+                   WHERE w.attrelid = $2 AND w.attname = a.attname AND NOT w.attisdropped)) \
+           FROM pg_catalog.pg_constraint c \
+           CROSS JOIN LATERAL pg_catalog.unnest(c.confkey) k(attnum) \
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum \
+          WHERE c.contype = 'f' AND c.confrelid = $1",
+        &[related.into(), written.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading the columns of a related table: {e}"))
+    .unwrap_or(true)
+}
+
 /// The related tables of the inactive watches of `table` (the ones `indexnow_unwatch()` or a
 /// drop just ended): their capture triggers may be unused now.
 pub fn tables_of_ended_watches(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {

@@ -305,6 +305,10 @@ fn capture_dependents(
     let changed = related::changed_rows(sources);
     for relation in relations {
         let watch = &relation.watch;
+        if relation.whole_table {
+            change_sets::record_whole_table(ext, watch.oid, Some(vec![watch.id]));
+            continue;
+        }
         let sql = format!(
             "{plan_tag}SELECT pg_catalog.jsonb_agg(DISTINCT x.k) FROM ({}) x",
             relation.dependents.replace(related::CHANGED, &changed)

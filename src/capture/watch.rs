@@ -716,7 +716,17 @@ fn install_triggers(
         check_trigger_privilege(caller, t, &label, "indexnow_watch: the table above");
     }
     for r in store_relations(ext, caller, oid, table, watch_id, related) {
-        tables.extend(super::partitions::with_descendants(r));
+        let tree = super::partitions::tree_of(r);
+        for &t in tree.iter().take_while(|t| **t != r) {
+            let label = triggers::table_qualified(t);
+            check_trigger_privilege(
+                caller,
+                t,
+                &label,
+                "indexnow_watch: the table above a related table",
+            );
+        }
+        tables.extend(tree);
     }
     // (in the order PostgreSQL locks a tree, top first)
     let mut unique = vec![];
@@ -782,7 +792,7 @@ fn store_relations(
     for t in before
         .into_iter()
         .filter(|t| !relations.iter().any(|r| r.table == *t))
-        .flat_map(super::partitions::with_descendants)
+        .flat_map(super::partitions::tree_of)
     {
         super::partitions::drop_triggers_if_unused(ext, t);
     }
@@ -858,7 +868,7 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
     }
     let mut tables = super::partitions::tree_of(oid);
     for r in related::tables_of_ended_watches(ext, oid) {
-        tables.extend(super::partitions::with_descendants(r));
+        tables.extend(super::partitions::tree_of(r));
     }
     for t in tables {
         super::partitions::drop_triggers_if_unused(ext, t);
