@@ -69,7 +69,8 @@ CREATE FUNCTION @extschema@."_indexnow_schema_renamed"(
 	AS 'MODULE_PATHNAME', 'indexnow_schema_renamed_wrapper';
 DROP EVENT TRIGGER indexnow_partitions;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
-    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA')
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA', 'CREATE FOREIGN TABLE',
+                  'ALTER FOREIGN TABLE')
     EXECUTE FUNCTION @extschema@._indexnow_on_ddl();
 
 -- The bodies that call them by name (as sql/capture.sql and sql/security.sql have them).
@@ -81,7 +82,7 @@ DECLARE
 BEGIN
     FOR c IN SELECT DISTINCT objid, object_type, command_tag, object_identity
                FROM pg_catalog.pg_event_trigger_ddl_commands()
-              WHERE object_type IN ('table', 'table column', 'schema') LOOP
+              WHERE object_type IN ('table', 'table column', 'foreign table', 'schema') LOOP
         BEGIN
             IF c.object_type = 'schema' THEN
                 PERFORM @extschema@._indexnow_schema_renamed(c.objid);
@@ -167,14 +168,15 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
 -- DDL seen before it runs (src/capture/before_ddl.rs; only C is given the statement): a column of a
 -- watched table renamed renames it in the templates and ignore lists that name it (the end of the
 -- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
--- dropped records a whole-table change set for the table above it. Not SECURITY DEFINER: the
+-- dropped records a whole-table change set for the table above it; a foreign table joining the tree
+-- of a watched or related table is refused. Not SECURITY DEFINER: the
 -- statement's names are resolved with the user's search_path; the function then switches to the
 -- extension's owner itself.
 CREATE FUNCTION @extschema@._indexnow_before_ddl() RETURNS event_trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
-    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE')
+    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE')
     EXECUTE FUNCTION @extschema@._indexnow_before_ddl();
 REVOKE ALL ON FUNCTION @extschema@._indexnow_before_ddl() FROM PUBLIC;
 

@@ -2424,6 +2424,73 @@ fn foreign_server() {
     run("CREATE SERVER indexnow_test_files FOREIGN DATA WRAPPER indexnow_test_fdw");
 }
 
+/// A foreign table joining the tree of a watched or related table, in each way one can, is
+/// refused (PostgreSQL would refuse every UPDATE and DELETE through the tree); a foreign table
+/// joining the table above a watched partition takes the capture triggers off that table, and
+/// the watched partition's writes through it keep working.
+#[pg_test]
+fn a_foreign_table_joining_a_watched_or_related_tree_is_refused() {
+    foreign_server();
+    run("CREATE TABLE fparts (id int PRIMARY KEY, slug text NOT NULL) PARTITION BY RANGE (id)");
+    run("CREATE TABLE fparts_a PARTITION OF fparts FOR VALUES FROM (0) TO (10) PARTITION BY RANGE (id)");
+    run("CREATE TABLE fparts_a1 PARTITION OF fparts_a FOR VALUES FROM (0) TO (5)");
+    run("SELECT indexnow_watch('fparts', url => 'https://www.example.com/{slug}')");
+    run("CREATE TABLE fkin (id int PRIMARY KEY, name text NOT NULL)");
+    run("CREATE TABLE fpins (id int PRIMARY KEY, kin int REFERENCES fkin, slug text NOT NULL)");
+    run(
+        "SELECT indexnow_watch('fpins', url_sql => $$'https://www.example.com/' || \
+           (SELECT k.name FROM fkin k WHERE k.id = kin) || '/' || slug$$, related => '{fkin}')",
+    );
+    run("CREATE FOREIGN TABLE floose (id int NOT NULL, slug text NOT NULL) SERVER indexnow_test_files");
+    let refused = "which indexnow watches or reads for a watch: PostgreSQL refuses UPDATE and DELETE";
+    assert_refused(
+        &[
+            (
+                "CREATE FOREIGN TABLE fparts_f PARTITION OF fparts_a FOR VALUES FROM (5) TO (10) \
+                   SERVER indexnow_test_files",
+                "foreign table fparts_f cannot join the tree of public.fparts, ",
+            ),
+            (
+                "ALTER TABLE fparts ATTACH PARTITION floose FOR VALUES FROM (10) TO (20)",
+                "foreign table floose cannot join the tree of public.fparts, ",
+            ),
+            (
+                "CREATE FOREIGN TABLE fkin_f () INHERITS (fkin) SERVER indexnow_test_files",
+                "foreign table fkin_f cannot join the tree of public.fkin, ",
+            ),
+            (
+                "ALTER FOREIGN TABLE floose INHERIT fkin",
+                "foreign table floose cannot join the tree of public.fkin, ",
+            ),
+        ],
+        Some("55000"),
+    );
+    assert_refused(
+        &[("ALTER TABLE fparts ATTACH PARTITION floose FOR VALUES FROM (10) TO (20)", refused)],
+        None,
+    );
+    let triggers = |t: &str| {
+        count(&format!(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = '{t}'::regclass \
+              AND tgname LIKE 'indexnow_capture_%'"
+        ))
+    };
+    // (a partitioned table with a unique index can have no foreign partition)
+    run("CREATE TABLE fmom (id int, slug text NOT NULL) PARTITION BY RANGE (id)");
+    run("CREATE TABLE fmom_a PARTITION OF fmom (PRIMARY KEY (id)) FOR VALUES FROM (0) TO (10)");
+    run("SELECT indexnow_watch('fmom_a', url => 'https://www.example.com/a/{slug}')");
+    assert_eq!(triggers("fmom"), 4);
+    run(
+        "CREATE FOREIGN TABLE fmom_f PARTITION OF fmom FOR VALUES FROM (10) TO (20) \
+           SERVER indexnow_test_files",
+    );
+    assert_eq!((triggers("fmom"), triggers("fmom_a")), (0, 4));
+    run("INSERT INTO fmom_a VALUES (1, 'x')");
+    assert_eq!(pending(), "https://www.example.com/a/x created");
+    run("ALTER TABLE fmom DETACH PARTITION fmom_f");
+    assert_eq!(triggers("fmom"), 4);
+}
+
 /// A watched child whose parent has a foreign table below it: the parent gets no capture
 /// triggers (PostgreSQL would refuse UPDATE and DELETE through it), the child does; and the last
 /// watched child dropped takes the triggers off its parent.

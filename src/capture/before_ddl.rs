@@ -22,10 +22,16 @@
 //!   indexnow_capture_delete prevents table ... from becoming a partition"), statement triggers
 //!   included, though they allow making one on a partition.
 //!
+//! - A foreign table joining the tree of a watched or related table (`CREATE FOREIGN TABLE ...
+//!   PARTITION OF` or `INHERITS`, `ATTACH PARTITION` of one, `ALTER FOREIGN TABLE ... INHERIT`) is
+//!   refused: PostgreSQL would refuse every UPDATE and DELETE through the tree (a watch of such a
+//!   table is refused as well).
+//!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
 use super::template::{self, Part};
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 
@@ -56,6 +62,8 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         tables_dropped(&*(parsetree as *mut pg_sys::DropStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt) {
         tables_joining(&*(parsetree as *mut pg_sys::AlterTableStmt))
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateForeignTableStmt) {
+        foreign_table_created(&*(parsetree as *mut pg_sys::CreateForeignTableStmt))
     } else {
         None
     };
@@ -63,6 +71,11 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         return pg_sys::Datum::from(0);
     };
     let ext = crate::extension::schema();
+    if let Seen::ForeignJoining { foreign, parents } = &seen {
+        // The one DDL refused: let through, it would fail every UPDATE and DELETE of the tree.
+        super::owner::as_extension_owner(&ext, || refuse_foreign_joining(&ext, foreign, parents));
+        return pg_sys::Datum::from(0);
+    }
     // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
     // the watch could not follow).
     let done = crate::subtransaction::run(|| {
@@ -76,6 +89,7 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
             Seen::Joining(tables) => tables
                 .iter()
                 .for_each(|t| super::partitions::before_joining(*t)),
+            Seen::ForeignJoining { .. } => {}
         })
     });
     if let Err(failure) = done {
@@ -96,6 +110,11 @@ enum Seen {
     },
     Dropped(Vec<pg_sys::Oid>),
     Joining(Vec<pg_sys::Oid>),
+    /// A foreign table becoming a partition or inheritance child of `parents`.
+    ForeignJoining {
+        foreign: String,
+        parents: Vec<pg_sys::Oid>,
+    },
 }
 
 /// The table a statement names, if it exists.
@@ -148,12 +167,83 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
 }
 
-/// The tables an `ALTER TABLE` attaches as a partition or makes an inheritance child.
+/// A foreign table created below existing tables (`CREATE FOREIGN TABLE ... PARTITION OF`,
+/// `... INHERITS`).
+unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Option<Seen> {
+    let base = &create.base;
+    if base.inhRelations.is_null() || base.relation.is_null() {
+        return None;
+    }
+    let parents: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::RangeVar>::from_pg(base.inhRelations)
+        .iter_ptr()
+        .filter_map(|parent| relation_of(parent))
+        .collect();
+    (!parents.is_empty()).then(|| Seen::ForeignJoining {
+        foreign: range_var_label(base.relation),
+        parents,
+    })
+}
+
+/// A table as a statement names it, for messages.
+unsafe fn range_var_label(relation: *mut pg_sys::RangeVar) -> String {
+    let part = |name: *mut std::ffi::c_char| {
+        (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+    };
+    [part((*relation).schemaname), part((*relation).relname)]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+unsafe fn is_foreign(table: pg_sys::Oid) -> bool {
+    pg_sys::get_rel_relkind(table) as u8 == pg_sys::RELKIND_FOREIGN_TABLE
+}
+
+/// The tables an `ALTER TABLE` attaches as a partition or makes an inheritance child, or the
+/// parents a foreign table joins (`ALTER TABLE ... ATTACH PARTITION` of one, `ALTER FOREIGN
+/// TABLE ... INHERIT`).
 unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
-    if alter.objtype != pg_sys::ObjectType::OBJECT_TABLE || alter.relation.is_null() {
+    let kinds = [
+        pg_sys::ObjectType::OBJECT_TABLE,
+        pg_sys::ObjectType::OBJECT_FOREIGN_TABLE,
+    ];
+    if !kinds.contains(&alter.objtype) || alter.relation.is_null() {
         return None;
     }
     let commands = pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds);
+    let named = relation_of(alter.relation);
+    for command in commands.iter_ptr() {
+        let def = (*command).def;
+        let foreign = match (*command).subtype {
+            pg_sys::AlterTableType::AT_AddInherit
+                if named.is_some_and(|t| is_foreign(t))
+                    && !def.is_null()
+                    && pgrx::is_a(def, pg_sys::NodeTag::T_RangeVar) =>
+            {
+                relation_of(def as *mut pg_sys::RangeVar)
+                    .map(|parent| (range_var_label(alter.relation), parent))
+            }
+            pg_sys::AlterTableType::AT_AttachPartition
+                if !def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_PartitionCmd) =>
+            {
+                let name = (*(def as *mut pg_sys::PartitionCmd)).name;
+                match (name.is_null(), named) {
+                    (false, Some(parent)) if relation_of(name).is_some_and(|t| is_foreign(t)) => {
+                        Some((range_var_label(name), parent))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some((foreign, parent)) = foreign {
+            return Some(Seen::ForeignJoining {
+                foreign,
+                parents: vec![parent],
+            });
+        }
+    }
     let tables: Vec<pg_sys::Oid> = commands
         .iter_ptr()
         .filter_map(|command| match (*command).subtype {
@@ -173,6 +263,33 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
         })
         .collect();
     (!tables.is_empty()).then_some(Seen::Joining(tables))
+}
+
+/// Refuses a foreign table joining the tree of a watched or related table: PostgreSQL refuses
+/// every UPDATE and DELETE through a table whose triggers collect transition tables when a
+/// foreign table is below it ("cannot collect transition tuples from child foreign tables"), so
+/// the tree's writes would fail, or go unseen with the triggers taken off. A table above a watched
+/// partition only loses its triggers (`super::partitions::drop_unused_triggers`).
+fn refuse_foreign_joining(ext: &str, foreign: &str, parents: &[pg_sys::Oid]) {
+    for &parent in parents {
+        if let Some(watched) = super::partitions::watched_or_related_at_or_above(ext, parent) {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "indexnow: foreign table {foreign} cannot join the tree of {watched}, which \
+                     indexnow watches or reads for a watch: PostgreSQL refuses UPDATE and DELETE \
+                     through a table whose triggers collect the written rows when a foreign \
+                     table is below it"
+                ),
+                "indexnow",
+            )
+            .set_hint(
+                "End the watches of that table, and those that read it, with indexnow_unwatch() \
+                 first, or keep the foreign table out of its tree.",
+            )
+            .report(PgLogLevel::ERROR);
+        }
+    }
 }
 
 /// Each dropped table under a watched table: a whole-table change set for each watched table

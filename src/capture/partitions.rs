@@ -98,6 +98,26 @@ pub fn watched_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     .unwrap_or_else(|e| error!("indexnow: looking for watched tables above and below: {e}"))
 }
 
+/// `table` or the first table above it that an active watch watches or reads as a related
+/// table, as `schema.name`.
+pub fn watched_or_related_at_or_above(ext: &str, table: pg_sys::Oid) -> Option<String> {
+    let mut tree = vec![table];
+    tree.extend(ancestors(table));
+    let sql = format!(
+        "SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) \
+           FROM pg_catalog.unnest($1::pg_catalog.oid[]) WITH ORDINALITY t(oid, n) \
+           JOIN pg_catalog.pg_class c ON c.oid = t.oid \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = t.oid AND w.active) \
+             OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                          JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                         WHERE r.tbl = t.oid AND w.active) \
+          ORDER BY t.n LIMIT 1"
+    );
+    crate::plan_cache::get_one::<String>(&sql, &[tree.into()])
+        .unwrap_or_else(|e| error!("indexnow: looking for watched tables above a table: {e}"))
+}
+
 /// The tables above `table` with an active watch, nearest first.
 pub fn watched_ancestors(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     let above = ancestors(table);
