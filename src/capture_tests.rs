@@ -2864,6 +2864,36 @@ fn a_related_child_needs_the_trigger_privilege_on_its_parent() {
     );
 }
 
+/// A child that stops inheriting from a watched parent (`NO INHERIT`) takes its rows out of the
+/// parent's watch: their pages are removed, and the child's own watch goes on.
+#[pg_test]
+fn a_child_that_stops_inheriting_takes_its_pages_out_of_the_parents_watch() {
+    run("CREATE TABLE lib (id int PRIMARY KEY, slug text NOT NULL)");
+    run("CREATE TABLE lib_old (PRIMARY KEY (id)) INHERITS (lib)");
+    run("INSERT INTO lib VALUES (1, 'new')");
+    run("INSERT INTO lib_old VALUES (2, 'old')");
+    run("SELECT indexnow_watch('lib', url => 'https://www.example.com/{slug}')");
+    run("SELECT indexnow_watch('lib_old', url => 'https://www.example.com/old/{slug}')");
+    run("UPDATE lib SET slug = slug || '2'");
+    pushed();
+    run("ALTER TABLE lib_old NO INHERIT lib");
+    assert_eq!(pending(), "https://www.example.com/old2 deleted");
+    run("UPDATE lib_old SET slug = 'old3'");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/old/old2 moved\n\
+         https://www.example.com/old/old3 created\n\
+         https://www.example.com/old2 deleted"
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'lib_old'::regclass \
+              AND tgname LIKE 'indexnow_capture_%'"
+        ),
+        4
+    );
+}
+
 /// Inheritance children watched each on their own: a write through the parent is captured for
 /// the child whose rows it wrote, also for a child keyed by a column of its own (its whole table
 /// is derived then).

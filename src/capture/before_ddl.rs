@@ -15,6 +15,10 @@
 //!   child's rows are gone (their pages removed). At the end of the DROP the child is no longer
 //!   in the catalog, so nothing would tell which watched table it was under.
 //!
+//! - A table that stops inheriting (`ALTER TABLE child NO INHERIT parent`): its rows leave the
+//!   parent, but the end of the ALTER names the child, which no longer reaches it; a whole-table
+//!   change set is recorded for the watched tables at and above the parent, and for the watches
+//!   that read such a table as a related table (`super::partitions::before_leaving`).
 //! - A table with capture triggers about to join a tree (`ALTER TABLE ... ATTACH PARTITION`,
 //!   `ALTER TABLE ... INHERIT`): its triggers are taken off, and the end of the ALTER puts them
 //!   back (`super::partitions::before_joining`). Minor releases before the fix (16.2 among them)
@@ -86,9 +90,13 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
-            Seen::Joining(tables) => tables
-                .iter()
-                .for_each(|t| super::partitions::before_joining(*t)),
+            Seen::Tree { joining, left } => {
+                joining
+                    .iter()
+                    .for_each(|t| super::partitions::before_joining(*t));
+                left.iter()
+                    .for_each(|parent| super::partitions::before_leaving(&ext, *parent));
+            }
             Seen::ForeignJoining { .. } => {}
         })
     });
@@ -109,7 +117,12 @@ enum Seen {
         new: String,
     },
     Dropped(Vec<pg_sys::Oid>),
-    Joining(Vec<pg_sys::Oid>),
+    /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), and the parents a table stops
+    /// inheriting from (`NO INHERIT`).
+    Tree {
+        joining: Vec<pg_sys::Oid>,
+        left: Vec<pg_sys::Oid>,
+    },
     /// A foreign table becoming a partition or inheritance child of `parents`.
     ForeignJoining {
         foreign: String,
@@ -262,7 +275,24 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
             _ => None,
         })
         .collect();
-    (!tables.is_empty()).then_some(Seen::Joining(tables))
+    let left: Vec<pg_sys::Oid> = commands
+        .iter_ptr()
+        .filter_map(|command| {
+            let def = (*command).def;
+            match (*command).subtype {
+                pg_sys::AlterTableType::AT_DropInherit
+                    if !def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_RangeVar) =>
+                {
+                    relation_of(def as *mut pg_sys::RangeVar)
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    (!tables.is_empty() || !left.is_empty()).then_some(Seen::Tree {
+        joining: tables,
+        left,
+    })
 }
 
 /// Refuses a foreign table joining the tree of a watched or related table: PostgreSQL refuses

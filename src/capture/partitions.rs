@@ -51,6 +51,37 @@ pub fn before_joining(table: pg_sys::Oid) {
     });
 }
 
+/// Before a table stops inheriting from `parent` (`ALTER TABLE ... NO INHERIT`): its rows leave
+/// the tables at and above `parent`. A whole-table change set is recorded for each of them that
+/// is watched, and for the watches that read one as a related table: derived after the commit,
+/// the rows that left are removed (or hidden) from those watches. The end of the ALTER names the
+/// child, from which the parent is no longer found.
+pub fn before_leaving(ext: &str, parent: pg_sys::Oid) {
+    let mut tree = vec![parent];
+    tree.extend(ancestors(parent));
+    let sql = format!(
+        "SELECT w.tbl::pg_catalog.oid, \
+                CASE WHEN w.tbl::pg_catalog.oid = ANY ($1) THEN NULL \
+                     ELSE pg_catalog.array_agg(w.id ORDER BY w.id) END \
+           FROM {ext}.indexnow_watches w \
+          WHERE w.active AND (w.tbl::pg_catalog.oid = ANY ($1) \
+                OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                            WHERE r.watch_id = w.id AND r.tbl::pg_catalog.oid = ANY ($1))) \
+          GROUP BY w.tbl ORDER BY 1"
+    );
+    let affected: Vec<(pg_sys::Oid, Option<Vec<i32>>)> = Spi::connect(|client| {
+        client
+            .select(&sql, None, &[tree.into()])?
+            .map(|r| Ok((r.get::<pg_sys::Oid>(1)?.unwrap(), r.get(2)?)))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the watches of a table's parent: {e}"));
+    for (watched, watches) in affected {
+        super::change_sets::record_whole_table(ext, watched, watches);
+        crate::wake::worker_at_commit();
+    }
+}
+
 fn exists(table: pg_sys::Oid) -> bool {
     crate::plan_cache::get_one::<bool>(
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE oid = $1)",
