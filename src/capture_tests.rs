@@ -2864,6 +2864,34 @@ fn a_related_child_needs_the_trigger_privilege_on_its_parent() {
     );
 }
 
+/// A translation inserted before its article, in a transaction that checks the foreign key at
+/// commit (`DEFERRABLE INITIALLY DEFERRED`, as ORMs make them): its URL cannot be built yet, so its
+/// save is left to the derivation after commit (recorded, not warned of); the article's insert
+/// announces it.
+#[pg_test]
+fn a_row_saved_before_the_row_it_references_under_a_deferred_key_is_derived_later() {
+    run("CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE post_texts (post int REFERENCES posts DEFERRABLE INITIALLY DEFERRED, \
+           lang text, slug text NOT NULL, PRIMARY KEY (post, lang))",
+    );
+    run(
+        "SELECT indexnow_watch('post_texts', url_sql => $$'https://www.example.com/' || lang || \
+           '/' || (SELECT p.slug FROM posts p WHERE p.id = post) || '/' || slug$$, \
+           related => '{posts}')",
+    );
+    run("INSERT INTO post_texts VALUES (1, 'en', 'hello')");
+    assert_eq!(
+        (
+            count("SELECT count(*) FROM indexnow_changes"),
+            count("SELECT count(*) FROM indexnow_urls")
+        ),
+        (1, 0)
+    );
+    run("INSERT INTO posts VALUES (1, 'p1')");
+    assert_eq!(pending(), "https://www.example.com/en/p1/hello created");
+}
+
 /// A child that stops inheriting from a watched parent (`NO INHERIT`) takes its rows out of the
 /// parent's watch: their pages are removed, and the child's own watch goes on.
 #[pg_test]

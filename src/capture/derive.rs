@@ -242,7 +242,7 @@ impl Skipped {
 /// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
 /// the rows for later.
 pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
-    derive_with(watch, rows, absent, &[], false)
+    derive_with(watch, rows, absent, &[], false, false)
 }
 
 /// How long a write waits for a queue row or source that another transaction holds (a worker
@@ -255,6 +255,12 @@ const WRITE_WAITS_AT_MOST: &str = "20ms";
 /// keys), so that no save waits for a worker's derivation. `edited` says the rows were updated
 /// with their keys unchanged: then one row is first tried as a row edited in place
 /// ([`super::statements::edited_in_place`]), the commonest save, at a fraction of the cost.
+///
+/// Rows that cannot be derived, of a watch whose tables have a deferrable foreign key, fail it
+/// too (their WARNING unsaid; the rows that could be derived were): a row inserted before the
+/// row it references, in a transaction that checks the key at commit (`DEFERRABLE INITIALLY
+/// DEFERRED`, the foreign keys ORMs such as Django make), has no URL until then. Recorded by the
+/// caller, they are derived after the commit, and warned of then if they still fail.
 pub fn derive_at_write(
     watch: &Watch,
     keys: Value,
@@ -266,7 +272,23 @@ pub fn derive_at_write(
         Reason::Deleted,
         &[("lock_timeout", WRITE_WAITS_AT_MOST.into())],
         edited,
+        true,
     )
+}
+
+/// Whether the watched table or a related table of `watch` has a deferrable foreign key.
+fn references_deferrable(watch: &Watch) -> bool {
+    let sql = format!(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint c \
+                         WHERE c.contype = 'f' AND c.condeferrable \
+                           AND (c.conrelid = $1 OR c.conrelid IN ( \
+                                SELECT r.tbl::pg_catalog.oid FROM {}.indexnow_relations r \
+                                 WHERE r.watch_id = $2)))",
+        watch.ext
+    );
+    plan_cache::get_one::<bool>(&sql, &[watch.oid.into(), watch.id.into()])
+        .unwrap_or_else(|e| error!("indexnow: reading a watch's foreign keys: {e}"))
+        == Some(true)
 }
 
 /// Rows this backend derived as edited in place: the tests' proof that saves take that path.
@@ -306,6 +328,7 @@ fn derive_with(
     absent: Reason,
     more_settings: &[(&'static str, String)],
     edited: bool,
+    at_write: bool,
 ) -> Result<(Derived, bool), String> {
     let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
     settings.extend_from_slice(more_settings);
@@ -370,6 +393,12 @@ fn derive_with(
                 ),
             );
         } else if skipped.count > 0 {
+            if at_write && references_deferrable(watch) {
+                return Err(format!(
+                    "{} rows left to the derivation after commit (a deferrable foreign key)",
+                    skipped.count
+                ));
+            }
             warn(
                 watch,
                 format!(
@@ -500,7 +529,7 @@ fn derive_taken(
             Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
-        match derive_with(&watch, rows, Reason::Deleted, settings, false) {
+        match derive_with(&watch, rows, Reason::Deleted, settings, false, false) {
             Ok((_, w)) => wrote |= w,
             Err(message) => {
                 if wrote {

@@ -247,7 +247,8 @@ fn capture_own_rows(
         let edited = event == Event::Update && !key_changed;
         for watch in watches {
             if derive::derive_at_write(watch, keys.clone(), edited).is_err() {
-                // a deadlock or the like: derived later
+                // a deadlock or the like, or rows a deferred key leaves without a URL: derived
+                // later
                 change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys.clone());
             }
         }
@@ -342,7 +343,8 @@ fn capture_dependents(
         let n = keys.as_array().map_or(0, Vec::len) as i64;
         if read_committed && n <= derive_at_write() {
             if derive::derive_at_write(watch, keys.clone(), false).is_err() {
-                // a deadlock or the like: derived later
+                // a deadlock or the like, or rows a deferred key leaves without a URL: derived
+                // later
                 change_sets::record_keys(ext, watch.oid, Some(vec![watch.id]), keys);
             }
         } else {

@@ -381,6 +381,10 @@ pub fn run(plan: &Plan) -> Report {
     report
 }
 
+/// A tampered copy of the accepted requests: what was changed, what the check must say, and the
+/// requests (URL, when accepted).
+type Tamper<'a> = (&'a str, &'a str, Vec<(String, f64)>);
+
 /// Runs the checker on tampered copies of what was accepted, one tamper each, and says whether
 /// it found the violation each one makes.
 fn checker_self_test(
@@ -402,7 +406,7 @@ fn checker_self_test(
             .map(|(_, at)| *at)
             .fold(f64::MIN, f64::max)
     };
-    let mut tampers: Vec<(&str, &str, Vec<(String, f64)>)> = vec![];
+    let mut tampers: Vec<Tamper> = vec![];
     let mut never = accepted.to_vec();
     never.push((format!("https://{HOST}/th/never-public"), unix_now()));
     tampers.push(("a URL never public sent", "sent but never public", never));
@@ -469,7 +473,7 @@ fn server_messages(log: &str) -> Vec<(String, usize)> {
             None => seen.push((shape, 1)),
         }
     }
-    seen.sort_by(|a, b| b.1.cmp(&a.1));
+    seen.sort_by_key(|s| std::cmp::Reverse(s.1));
     seen.truncate(15);
     seen
 }

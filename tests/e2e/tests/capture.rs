@@ -318,6 +318,52 @@ fn the_worker_derives_bulk_statements_while_sending_is_paused() {
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 500);
 }
 
+/// Translations saved before their article in one transaction, the foreign key checked at
+/// commit (`DEFERRABLE INITIALLY DEFERRED`, as Django makes them): no WARNING reaches the client,
+/// and after the commit every translation is queued; a translation whose URL still cannot be
+/// built after the commit is warned of by the worker, in the server log.
+#[test]
+fn rows_saved_before_the_rows_they_reference_warn_of_nothing_that_commit_fixes() {
+    let cluster = Cluster::start(Options {
+        conf: vec![
+            "indexnow.enabled = off".into(),
+            "indexnow.naptime = '200ms'".into(),
+        ],
+        ..Options::default()
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE articles (id int PRIMARY KEY, slug text NOT NULL);
+         CREATE TABLE texts (article int REFERENCES articles DEFERRABLE INITIALLY DEFERRED, \
+           lang text, slug text NOT NULL, PRIMARY KEY (article, lang));
+         SELECT indexnow_watch('texts', url_sql => $$'https://www.example.com/' || \
+           nullif(lang, 'xx') || '/' || (SELECT a.slug FROM articles a WHERE a.id = article) \
+           || '/' || slug$$, related => '{articles}');",
+    )
+    .unwrap();
+    let out = cluster.psql(
+        "site",
+        "INSERT INTO texts VALUES (1, 'en', 'hello'); INSERT INTO texts VALUES (1, 'de', 'hallo'); \
+         INSERT INTO texts VALUES (1, 'xx', 'broken'); INSERT INTO articles VALUES (1, 'a1')",
+    );
+    assert!(!out.contains("WARNING"), "{out}");
+    wait_until("the worker derived the change sets", SECONDS(30), || {
+        count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
+    });
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/de/a1/hallo created",
+            "https://www.example.com/en/a1/hello created"
+        ]
+    );
+    wait_until("the worker warned of the row", SECONDS(10), || {
+        cluster
+            .log()
+            .contains("1 row of public.texts skipped for 'https://www.example.com/' || ")
+    });
+}
+
 /// Each session keeps what the capture trigger knows about a table (its watches, their ignore
 /// lists, the related watches); a change made by another session is seen by the next save: a
 /// watch replaced with another ignore list, a watch removed, a watch added.
