@@ -2442,6 +2442,10 @@ fn a_foreign_table_joining_a_watched_or_related_tree_is_refused() {
            (SELECT k.name FROM fkin k WHERE k.id = kin) || '/' || slug$$, related => '{fkin}')",
     );
     run("CREATE FOREIGN TABLE floose (id int NOT NULL, slug text NOT NULL) SERVER indexnow_test_files");
+    run("CREATE FOREIGN TABLE fkin_loose (id int NOT NULL, name text NOT NULL) SERVER indexnow_test_files");
+    run("CREATE TABLE fother (id int)");
+    run("CREATE TABLE fkin_c (id int NOT NULL, name text NOT NULL)");
+    run("CREATE FOREIGN TABLE fkin_cf () INHERITS (fkin_c) SERVER indexnow_test_files");
     let refused = "which indexnow watches or reads for a watch: PostgreSQL refuses UPDATE and DELETE";
     assert_refused(
         &[
@@ -2459,8 +2463,16 @@ fn a_foreign_table_joining_a_watched_or_related_tree_is_refused() {
                 "foreign table fkin_f cannot join the tree of public.fkin, ",
             ),
             (
-                "ALTER FOREIGN TABLE floose INHERIT fkin",
-                "foreign table floose cannot join the tree of public.fkin, ",
+                "ALTER FOREIGN TABLE fkin_loose INHERIT fkin",
+                "foreign table fkin_loose cannot join the tree of public.fkin, ",
+            ),
+            (
+                "ALTER FOREIGN TABLE fkin_loose INHERIT fother, INHERIT fkin",
+                "foreign table fkin_loose cannot join the tree of public.fkin, ",
+            ),
+            (
+                "ALTER TABLE fkin_c INHERIT fkin",
+                "foreign table public.fkin_cf cannot join the tree of public.fkin, ",
             ),
         ],
         Some("55000"),

@@ -75,10 +75,9 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         return pg_sys::Datum::from(0);
     };
     let ext = crate::extension::schema();
-    if let Seen::ForeignJoining { foreign, parents } = &seen {
+    if let Seen::Tree { foreign, .. } = &seen {
         // The one DDL refused: let through, it would fail every UPDATE and DELETE of the tree.
-        super::owner::as_extension_owner(&ext, || refuse_foreign_joining(&ext, foreign, parents));
-        return pg_sys::Datum::from(0);
+        super::owner::as_extension_owner(&ext, || refuse_foreign_joining(&ext, foreign));
     }
     // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
     // the watch could not follow).
@@ -90,14 +89,13 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
-            Seen::Tree { joining, left } => {
+            Seen::Tree { joining, left, .. } => {
                 joining
                     .iter()
                     .for_each(|t| super::partitions::before_joining(*t));
                 left.iter()
                     .for_each(|parent| super::partitions::before_leaving(&ext, *parent));
             }
-            Seen::ForeignJoining { .. } => {}
         })
     });
     if let Err(failure) = done {
@@ -117,16 +115,13 @@ enum Seen {
         new: String,
     },
     Dropped(Vec<pg_sys::Oid>),
-    /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), and the parents a table stops
-    /// inheriting from (`NO INHERIT`).
+    /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), the parents a table stops
+    /// inheriting from (`NO INHERIT`), and foreign tables coming below a parent (the foreign
+    /// table, the parent).
     Tree {
         joining: Vec<pg_sys::Oid>,
         left: Vec<pg_sys::Oid>,
-    },
-    /// A foreign table becoming a partition or inheritance child of `parents`.
-    ForeignJoining {
-        foreign: String,
-        parents: Vec<pg_sys::Oid>,
+        foreign: Vec<(String, pg_sys::Oid)>,
     },
 }
 
@@ -191,9 +186,11 @@ unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Opti
         .iter_ptr()
         .filter_map(|parent| relation_of(parent))
         .collect();
-    (!parents.is_empty()).then(|| Seen::ForeignJoining {
-        foreign: range_var_label(base.relation),
-        parents,
+    let foreign = range_var_label(base.relation);
+    (!parents.is_empty()).then(|| Seen::Tree {
+        joining: vec![],
+        left: vec![],
+        foreign: parents.into_iter().map(|p| (foreign.clone(), p)).collect(),
     })
 }
 
@@ -213,9 +210,10 @@ unsafe fn is_foreign(table: pg_sys::Oid) -> bool {
     pg_sys::get_rel_relkind(table) as u8 == pg_sys::RELKIND_FOREIGN_TABLE
 }
 
-/// The tables an `ALTER TABLE` attaches as a partition or makes an inheritance child, or the
-/// parents a foreign table joins (`ALTER TABLE ... ATTACH PARTITION` of one, `ALTER FOREIGN
-/// TABLE ... INHERIT`).
+/// What an `ALTER TABLE` (or `ALTER FOREIGN TABLE`) does to trees, in every subcommand: the
+/// tables it attaches as partitions or makes inheritance children, the parents the named table
+/// stops inheriting from, and the foreign tables it brings below a parent (a foreign table
+/// attached or inheriting, or one already below the table that joins).
 unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
     let kinds = [
         pg_sys::ObjectType::OBJECT_TABLE,
@@ -224,74 +222,49 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
     if !kinds.contains(&alter.objtype) || alter.relation.is_null() {
         return None;
     }
+    // (`IF EXISTS` of a table that is not there: nothing happens)
+    let named = relation_of(alter.relation)?;
+    let (mut joining, mut left, mut foreign) = (vec![], vec![], vec![]);
+    let mut join = |child: pg_sys::Oid, child_name: *mut pg_sys::RangeVar, parent: pg_sys::Oid| {
+        if is_foreign(child) {
+            foreign.push((range_var_label(child_name), parent));
+        } else {
+            if let Some(below) = super::partitions::foreign_below(child) {
+                foreign.push((below, parent));
+            }
+            joining.push(child);
+        }
+    };
     let commands = pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds);
-    let named = relation_of(alter.relation);
     for command in commands.iter_ptr() {
         let def = (*command).def;
-        let foreign = match (*command).subtype {
-            pg_sys::AlterTableType::AT_AddInherit
-                if named.is_some_and(|t| is_foreign(t))
-                    && !def.is_null()
-                    && pgrx::is_a(def, pg_sys::NodeTag::T_RangeVar) =>
-            {
-                relation_of(def as *mut pg_sys::RangeVar)
-                    .map(|parent| (range_var_label(alter.relation), parent))
+        let parent_named = || {
+            (!def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_RangeVar))
+                .then(|| relation_of(def as *mut pg_sys::RangeVar))
+                .flatten()
+        };
+        match (*command).subtype {
+            pg_sys::AlterTableType::AT_AddInherit => {
+                if let Some(parent) = parent_named() {
+                    join(named, alter.relation, parent);
+                }
             }
             pg_sys::AlterTableType::AT_AttachPartition
                 if !def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_PartitionCmd) =>
             {
                 let name = (*(def as *mut pg_sys::PartitionCmd)).name;
-                match (name.is_null(), named) {
-                    (false, Some(parent)) if relation_of(name).is_some_and(|t| is_foreign(t)) => {
-                        Some((range_var_label(name), parent))
-                    }
-                    _ => None,
+                if let Some(partition) = (!name.is_null()).then(|| relation_of(name)).flatten() {
+                    join(partition, name, named);
                 }
             }
-            _ => None,
-        };
-        if let Some((foreign, parent)) = foreign {
-            return Some(Seen::ForeignJoining {
-                foreign,
-                parents: vec![parent],
-            });
+            pg_sys::AlterTableType::AT_DropInherit => left.extend(parent_named()),
+            _ => {}
         }
     }
-    let tables: Vec<pg_sys::Oid> = commands
-        .iter_ptr()
-        .filter_map(|command| match (*command).subtype {
-            pg_sys::AlterTableType::AT_AddInherit => relation_of(alter.relation),
-            pg_sys::AlterTableType::AT_AttachPartition
-                if !(*command).def.is_null()
-                    && pgrx::is_a((*command).def, pg_sys::NodeTag::T_PartitionCmd) =>
-            {
-                let partition = (*command).def as *mut pg_sys::PartitionCmd;
-                if (*partition).name.is_null() {
-                    None
-                } else {
-                    relation_of((*partition).name)
-                }
-            }
-            _ => None,
-        })
-        .collect();
-    let left: Vec<pg_sys::Oid> = commands
-        .iter_ptr()
-        .filter_map(|command| {
-            let def = (*command).def;
-            match (*command).subtype {
-                pg_sys::AlterTableType::AT_DropInherit
-                    if !def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_RangeVar) =>
-                {
-                    relation_of(def as *mut pg_sys::RangeVar)
-                }
-                _ => None,
-            }
-        })
-        .collect();
-    (!tables.is_empty() || !left.is_empty()).then_some(Seen::Tree {
-        joining: tables,
+    (!joining.is_empty() || !left.is_empty() || !foreign.is_empty()).then_some(Seen::Tree {
+        joining,
         left,
+        foreign,
     })
 }
 
@@ -300,8 +273,9 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
 /// foreign table is below it ("cannot collect transition tuples from child foreign tables"), so
 /// the tree's writes would fail, or go unseen with the triggers taken off. A table above a watched
 /// partition only loses its triggers (`super::partitions::drop_unused_triggers`).
-fn refuse_foreign_joining(ext: &str, foreign: &str, parents: &[pg_sys::Oid]) {
-    for &parent in parents {
+fn refuse_foreign_joining(ext: &str, foreign: &[(String, pg_sys::Oid)]) {
+    for (foreign, parent) in foreign {
+        let parent = *parent;
         if let Some(watched) = super::partitions::watched_or_related_at_or_above(ext, parent) {
             ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
