@@ -67,6 +67,12 @@ CREATE FUNCTION @extschema@."_indexnow_schema_renamed"(
 	STRICT VOLATILE PARALLEL UNSAFE
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', 'indexnow_schema_renamed_wrapper';
+-- No foreign key from indexnow_relations to indexnow_watches (sql/schema.sql): pg_restore -j
+-- refused to restore a database with related-table watches.
+ALTER TABLE @extschema@.indexnow_relations DROP CONSTRAINT indexnow_relations_watch_id_fkey;
+DELETE FROM @extschema@.indexnow_relations r
+ WHERE NOT EXISTS (SELECT FROM @extschema@.indexnow_watches w WHERE w.id = r.watch_id);
+
 DROP EVENT TRIGGER indexnow_partitions;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'ALTER SCHEMA', 'CREATE FOREIGN TABLE',
@@ -169,14 +175,16 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
 -- watched table renamed renames it in the templates and ignore lists that name it (the end of the
 -- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
 -- dropped records a whole-table change set for the table above it; a foreign table joining the tree
--- of a watched or related table is refused. Not SECURITY DEFINER: the
+-- of a watched or related table is refused; a capture trigger a restore makes on a table that has
+-- it already replaces it. Not SECURITY DEFINER: the
 -- statement's names are resolved with the user's search_path; the function then switches to the
 -- extension's owner itself.
 CREATE FUNCTION @extschema@._indexnow_before_ddl() RETURNS event_trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
-    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE')
+    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE',
+                  'CREATE TRIGGER')
     EXECUTE FUNCTION @extschema@._indexnow_before_ddl();
 REVOKE ALL ON FUNCTION @extschema@._indexnow_before_ddl() FROM PUBLIC;
 

@@ -129,9 +129,12 @@ CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) 
 -- Tables a watch reads besides its own (a translation row's parent page, a page's category),
 -- declared with indexnow_watch(related => ...): a write to one re-derives the watched rows that
 -- reference the written rows, found through foreign keys. `dependents` is the query from the
--- written rows' keys to the watched rows' keys (see src/capture/related.rs).
+-- written rows' keys to the watched rows' keys (see src/capture/related.rs). No foreign key to
+-- indexnow_watches: `pg_restore -j` loads the two tables in parallel sessions, into the
+-- constraints CREATE EXTENSION made, and would refuse a relation loaded before its watch; the
+-- code that deletes a watch deletes its relations.
 CREATE TABLE indexnow_relations (
-    watch_id   integer NOT NULL REFERENCES indexnow_watches ON DELETE CASCADE,
+    watch_id   integer NOT NULL,                    -- the watch (indexnow_watches.id)
     tbl        regclass NOT NULL,                   -- the related table
     dependents text NOT NULL,
     PRIMARY KEY (watch_id, tbl)

@@ -2904,6 +2904,22 @@ fn a_row_saved_before_the_row_it_references_under_a_deferred_key_is_derived_late
     assert_eq!(pending(), "https://www.example.com/en/p1/hello created");
 }
 
+/// A restore's `CREATE TRIGGER` of a capture trigger a table has already (the event triggers made
+/// it while a parallel restore attached the table) replaces it instead of failing the restore;
+/// the table is captured still.
+#[pg_test]
+fn a_restored_capture_trigger_replaces_the_one_the_table_has() {
+    run("CREATE TABLE mugs (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('mugs', url => 'https://www.example.com/{slug}')");
+    run(
+        "CREATE TRIGGER indexnow_capture_insert AFTER INSERT ON public.mugs \
+           REFERENCING NEW TABLE AS indexnow_new FOR EACH STATEMENT \
+           EXECUTE FUNCTION public._indexnow_capture()",
+    );
+    run("INSERT INTO mugs VALUES (1, 'm')");
+    assert_eq!(pending(), "https://www.example.com/m created");
+}
+
 /// A child that stops inheriting from a watched parent (`NO INHERIT`) takes its rows out of the
 /// parent's watch: their pages are removed, and the child's own watch goes on.
 #[pg_test]

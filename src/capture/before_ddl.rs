@@ -31,6 +31,10 @@
 //!   refused: PostgreSQL would refuse every UPDATE and DELETE through the tree (a watch of such a
 //!   table is refused as well).
 //!
+//! - A capture trigger made by name on a table that has it already (a parallel `pg_restore`
+//!   making the dump's triggers after the event triggers made them on a table joining a watched
+//!   tree): the existing one is dropped first, so the restore does not fail on it.
+//!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
 use super::template::{self, Part};
@@ -68,6 +72,8 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         tables_joining(&*(parsetree as *mut pg_sys::AlterTableStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateForeignTableStmt) {
         foreign_table_created(&*(parsetree as *mut pg_sys::CreateForeignTableStmt))
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateTrigStmt) {
+        capture_trigger_made(&*(parsetree as *mut pg_sys::CreateTrigStmt))
     } else {
         None
     };
@@ -89,6 +95,11 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
+            Seen::CaptureTrigger { table, name } => {
+                if super::triggers::has(*table, name) {
+                    super::triggers::drop_one(&super::triggers::table_qualified(*table), name);
+                }
+            }
             Seen::Tree { joining, left, .. } => {
                 joining
                     .iter()
@@ -115,6 +126,11 @@ enum Seen {
         new: String,
     },
     Dropped(Vec<pg_sys::Oid>),
+    /// A capture trigger made by name (`CREATE TRIGGER indexnow_capture_insert ...`: a restore).
+    CaptureTrigger {
+        table: pg_sys::Oid,
+        name: String,
+    },
     /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), the parents a table stops
     /// inheriting from (`NO INHERIT`), and foreign tables coming below a parent (the foreign
     /// table, the parent).
@@ -173,6 +189,24 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
         .filter_map(|name| relation_of(pg_sys::makeRangeVarFromNameList(name)))
         .collect();
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
+}
+
+/// A capture trigger made by a `CREATE TRIGGER` without `OR REPLACE`, as a restore makes the
+/// triggers of its dump: one the event triggers already made on the table (a parallel
+/// `pg_restore` alters and attaches tables while other sessions make triggers, and a table
+/// joining a watched tree gets the triggers at once) is dropped first, so the restore's succeeds.
+unsafe fn capture_trigger_made(create: &pg_sys::CreateTrigStmt) -> Option<Seen> {
+    if create.replace || create.trigname.is_null() || create.relation.is_null() {
+        return None;
+    }
+    let name = CStr::from_ptr(create.trigname)
+        .to_string_lossy()
+        .into_owned();
+    if !super::triggers::EVENTS.iter().any(|(n, _, _)| *n == name) {
+        return None;
+    }
+    let table = relation_of(create.relation)?;
+    Some(Seen::CaptureTrigger { table, name })
 }
 
 /// A foreign table created below existing tables (`CREATE FOREIGN TABLE ... PARTITION OF`,

@@ -681,8 +681,10 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
            UPDATE {ext}.indexnow_urls u SET settled_seq = u.request_seq, reason = $2 \
              FROM gone g WHERE NOT g.announced AND u.url_hash = g.url_hash \
               AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq RETURNING 1), \
-         d AS (DELETE FROM {ext}.indexnow_watches x USING w WHERE x.id = w.id RETURNING 1) \
-         SELECT (SELECT count(*) FROM q) + 0 * ((SELECT count(*) FROM c) + (SELECT count(*) FROM d))",
+         d AS (DELETE FROM {ext}.indexnow_watches x USING w WHERE x.id = w.id RETURNING 1), \
+         r AS (DELETE FROM {ext}.indexnow_relations x USING w WHERE x.watch_id = w.id RETURNING 1) \
+         SELECT (SELECT count(*) FROM q) \
+                + 0 * ((SELECT count(*) FROM c) + (SELECT count(*) FROM d) + (SELECT count(*) FROM r))",
         on_conflict = crate::queue::ON_CONFLICT_SQL,
     );
     Spi::connect_mut(|client| {

@@ -849,11 +849,7 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
             &format!(
                 "WITH off AS (UPDATE {ext}.indexnow_watches SET active = false \
                                WHERE tbl = $1 AND active AND ($2::text IS NULL OR pattern = $2) \
-                               RETURNING id), \
-                      forgotten AS (DELETE FROM {ext}.indexnow_watches w USING off \
-                                     WHERE w.id = off.id AND NOT EXISTS \
-                                           (SELECT FROM {ext}.indexnow_sources s \
-                                             WHERE s.watch_id = off.id)) \
+                               RETURNING id) \
                  SELECT count(*) FROM off"
             ),
             &[oid.into(), url.into()],

@@ -227,6 +227,86 @@ fn pg_dump_and_restore_keep_watched_partitions_working() {
     );
 }
 
+/// The same trees, and a related partition written through its parent, dumped in the custom
+/// format and restored by `pg_restore -j 2` (tables, data and triggers restored by parallel
+/// sessions): every table has the capture triggers it had, and writes through the parents are
+/// captured for the watches below them.
+#[test]
+fn pg_restore_in_parallel_keeps_watched_and_related_trees_working() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE parts (id int PRIMARY KEY, slug text NOT NULL) PARTITION BY RANGE (id);
+         CREATE TABLE parts_a PARTITION OF parts FOR VALUES FROM (0) TO (10);
+         CREATE TABLE parts_b PARTITION OF parts FOR VALUES FROM (10) TO (20);
+         INSERT INTO parts VALUES (1, 'x'), (11, 'z');
+         SELECT indexnow_watch('parts_a', url => 'https://www.example.com/a/{slug}');
+         CREATE TABLE shelves (code text PRIMARY KEY, name text) PARTITION BY LIST (code);
+         CREATE TABLE shelves_x PARTITION OF shelves FOR VALUES IN ('x');
+         CREATE TABLE books (id int PRIMARY KEY, slug text NOT NULL, \
+           shelf text NOT NULL REFERENCES shelves_x (code));
+         INSERT INTO shelves VALUES ('x', 'ex');
+         INSERT INTO books VALUES (1, 'one', 'x');
+         SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.name FROM shelves_x s WHERE s.code = shelf) || '/' || slug$$, \
+           related => '{shelves_x}');",
+    )
+    .unwrap();
+    let triggers = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT tgrelid::regclass::text || ' ' || count(*) FROM pg_trigger \
+              WHERE tgname LIKE 'indexnow_capture_%' GROUP BY tgrelid ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let before = triggers(&mut db);
+    assert_eq!(before.len(), 5, "{before:?}");
+    let dump = cluster.dir.join("site.dump");
+    cluster.client_program(
+        "pg_dump",
+        &["-d", "site", "-Fc", "-f", dump.to_str().unwrap()],
+    );
+    cluster
+        .connect("postgres")
+        .batch_execute("CREATE DATABASE restored")
+        .unwrap();
+    cluster.client_program(
+        "pg_restore",
+        &[
+            "-j",
+            "2",
+            "--exit-on-error",
+            "-d",
+            "restored",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let mut restored = cluster.connect("restored");
+    assert_eq!(triggers(&mut restored), before);
+    restored
+        .batch_execute(
+            "SELECT indexnow_derive(); \
+             UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+               last_pushed_at = now() WHERE request_seq > settled_seq; \
+             UPDATE parts SET slug = slug || '2'; \
+             UPDATE shelves SET name = 'ex2'",
+        )
+        .unwrap();
+    assert_eq!(
+        queued(&mut restored),
+        vec![
+            "https://www.example.com/a/x moved",
+            "https://www.example.com/a/x2 created",
+            "https://www.example.com/ex/one moved",
+            "https://www.example.com/ex2/one created"
+        ]
+    );
+}
+
 #[test]
 fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
     let cluster = Cluster::start(Options::default());
