@@ -2918,6 +2918,16 @@ fn a_restored_capture_trigger_replaces_the_one_the_table_has() {
     );
     run("INSERT INTO mugs VALUES (1, 'm')");
     assert_eq!(pending(), "https://www.example.com/m created");
+    // (one of another function is no capture trigger: it fails as it always did)
+    run("CREATE FUNCTION public.mugs_other() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$");
+    assert_refused(
+        &[(
+            "CREATE TRIGGER indexnow_capture_delete AFTER DELETE ON public.mugs \
+               FOR EACH STATEMENT EXECUTE FUNCTION public.mugs_other()",
+            "trigger \"indexnow_capture_delete\" for relation \"mugs\" already exists",
+        )],
+        None,
+    );
 }
 
 /// A child that stops inheriting from a watched parent (`NO INHERIT`) takes its rows out of the

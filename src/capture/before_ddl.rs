@@ -95,10 +95,12 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
+            // (without looking first: the drop takes the table's lock, then sees a trigger
+            // another session committed meanwhile; its NOTICE when there is none is not said)
             Seen::CaptureTrigger { table, name } => {
-                if super::triggers::has(*table, name) {
-                    super::triggers::drop_one(&super::triggers::table_qualified(*table), name);
-                }
+                super::derive::with_settings(&[("client_min_messages", "warning".into())], || {
+                    super::triggers::drop_one(&super::triggers::table_qualified(*table), name)
+                })
             }
             Seen::Tree { joining, left, .. } => {
                 joining
@@ -191,12 +193,16 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
 }
 
-/// A capture trigger made by a `CREATE TRIGGER` without `OR REPLACE`, as a restore makes the
-/// triggers of its dump: one the event triggers already made on the table (a parallel
+/// A capture trigger made by its table's owner with a `CREATE TRIGGER` of the capture function
+/// without `OR REPLACE`, as a restore makes the triggers of its dump: one the event triggers already made on the table (a parallel
 /// `pg_restore` alters and attaches tables while other sessions make triggers, and a table
 /// joining a watched tree gets the triggers at once) is dropped first, so the restore's succeeds.
 unsafe fn capture_trigger_made(create: &pg_sys::CreateTrigStmt) -> Option<Seen> {
-    if create.replace || create.trigname.is_null() || create.relation.is_null() {
+    if create.replace
+        || create.trigname.is_null()
+        || create.relation.is_null()
+        || create.funcname.is_null()
+    {
         return None;
     }
     let name = CStr::from_ptr(create.trigname)
@@ -205,8 +211,29 @@ unsafe fn capture_trigger_made(create: &pg_sys::CreateTrigStmt) -> Option<Seen> 
     if !super::triggers::EVENTS.iter().any(|(n, _, _)| *n == name) {
         return None;
     }
+    // Of the capture function only (a trigger of another function by that name fails as ever).
+    let function = pgrx::PgList::<pg_sys::Node>::from_pg(create.funcname)
+        .iter_ptr()
+        .last()
+        .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_String))
+        .map(|n| {
+            CStr::from_ptr((*(n as *mut pg_sys::String)).sval)
+                .to_string_lossy()
+                .into_owned()
+        });
+    if function.as_deref() != Some("_indexnow_capture") {
+        return None;
+    }
     let table = relation_of(create.relation)?;
-    Some(Seen::CaptureTrigger { table, name })
+    // Only for a caller who could replace the trigger itself: the table's owner.
+    let owner = crate::plan_cache::get_one::<bool>(
+        "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') FROM pg_catalog.pg_class c WHERE c.oid = $1",
+        &[table.into()],
+    )
+    .ok()
+    .flatten()
+        == Some(true);
+    owner.then_some(Seen::CaptureTrigger { table, name })
 }
 
 /// A foreign table created below existing tables (`CREATE FOREIGN TABLE ... PARTITION OF`,

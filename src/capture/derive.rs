@@ -256,11 +256,11 @@ const WRITE_WAITS_AT_MOST: &str = "20ms";
 /// with their keys unchanged: then one row is first tried as a row edited in place
 /// ([`super::statements::edited_in_place`]), the commonest save, at a fraction of the cost.
 ///
-/// Rows that cannot be derived, of a watch whose tables have a deferrable foreign key, fail it
-/// too (their WARNING unsaid; the rows that could be derived were): a row inserted before the
-/// row it references, in a transaction that checks the key at commit (`DEFERRABLE INITIALLY
-/// DEFERRED`, the foreign keys ORMs such as Django make), has no URL until then. Recorded by the
-/// caller, they are derived after the commit, and warned of then if they still fail.
+/// Rows that cannot be derived, of a watch whose tables have a foreign key checked at commit
+/// (`DEFERRABLE INITIALLY DEFERRED`, the foreign keys ORMs such as Django make), fail it too
+/// (their WARNING unsaid; the rows that could be derived were): a row inserted before the row it
+/// references has no URL until then. Recorded by the caller, they are derived after the commit,
+/// and warned of then if they still fail.
 pub fn derive_at_write(
     watch: &Watch,
     keys: Value,
@@ -276,19 +276,23 @@ pub fn derive_at_write(
     )
 }
 
-/// Whether the watched table or a related table of `watch` has a deferrable foreign key.
-fn references_deferrable(watch: &Watch) -> bool {
+/// Whether the watched table or a related table of `watch` has a foreign key checked at commit
+/// (`INITIALLY DEFERRED`). Read in a subtransaction, under the save's short lock timeout: a
+/// failure to read counts as yes (the rows are left to the workers, never lost).
+fn references_deferred(watch: &Watch) -> bool {
     let sql = format!(
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint c \
-                         WHERE c.contype = 'f' AND c.condeferrable \
+                         WHERE c.contype = 'f' AND c.condeferred \
                            AND (c.conrelid = $1 OR c.conrelid IN ( \
                                 SELECT r.tbl::pg_catalog.oid FROM {}.indexnow_relations r \
                                  WHERE r.watch_id = $2)))",
         watch.ext
     );
-    plan_cache::get_one::<bool>(&sql, &[watch.oid.into(), watch.id.into()])
-        .unwrap_or_else(|e| error!("indexnow: reading a watch's foreign keys: {e}"))
-        == Some(true)
+    subtransaction::run(|| {
+        plan_cache::get_one::<bool>(&sql, &[watch.oid.into(), watch.id.into()])
+            .unwrap_or_else(|e| error!("indexnow: reading a watch's foreign keys: {e}"))
+    })
+    .map_or(true, |deferred| deferred == Some(true))
 }
 
 /// Rows this backend derived as edited in place: the tests' proof that saves take that path.
@@ -393,9 +397,9 @@ fn derive_with(
                 ),
             );
         } else if skipped.count > 0 {
-            if at_write && references_deferrable(watch) {
+            if at_write && references_deferred(watch) {
                 return Err(format!(
-                    "{} rows left to the derivation after commit (a deferrable foreign key)",
+                    "{} rows left to the derivation after commit (a deferred foreign key)",
                     skipped.count
                 ));
             }

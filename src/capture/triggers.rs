@@ -53,16 +53,6 @@ pub fn on(table: pg_sys::Oid) -> bool {
         == Some(true)
 }
 
-/// Whether `table` has the capture trigger `name`.
-pub fn has(table: pg_sys::Oid, name: &str) -> bool {
-    crate::plan_cache::get_one::<bool>(
-        "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
-        &[table.into(), name.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"))
-        == Some(true)
-}
-
 /// Drops the capture trigger `name` of `table` (quoted, qualified).
 pub fn drop_one(table: &str, name: &str) {
     spi(
