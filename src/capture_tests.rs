@@ -24,6 +24,19 @@ fn pending() -> String {
     .unwrap()
 }
 
+/// How many capture triggers the tables `tables` (names, `regclass` syntax) carry together.
+fn capture_triggers(tables: &[&str]) -> i64 {
+    let list = tables
+        .iter()
+        .map(|t| format!("'{t}'::regclass"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    count(&format!(
+        "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
+          AND tgrelid IN ({list})"
+    ))
+}
+
 /// Derives the change sets bulk statements recorded (as every reader of the queue does).
 fn derive() {
     run("SELECT indexnow_derive()");
@@ -2396,12 +2409,10 @@ fn a_related_table_named_twice_is_one_and_dropped_from_related_loses_its_trigger
     };
     watch(", related => '{racks,public.racks}'");
     assert_eq!(count("SELECT count(*) FROM indexnow_relations"), 1);
-    let triggers = "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'racks'::regclass \
-                      AND tgname LIKE 'indexnow_capture_%'";
-    assert_eq!(count(triggers), 4);
+    assert_eq!(capture_triggers(&["racks"]), 4);
     watch("");
     assert_eq!(count("SELECT count(*) FROM indexnow_relations"), 0);
-    assert_eq!(count(triggers), 0);
+    assert_eq!(capture_triggers(&["racks"]), 0);
 }
 
 /// A related table with a foreign table below it (an archive kept elsewhere) is refused: with the
@@ -2481,12 +2492,7 @@ fn a_foreign_table_joining_a_watched_or_related_tree_is_refused() {
         &[("ALTER TABLE fparts ATTACH PARTITION floose FOR VALUES FROM (10) TO (20)", refused)],
         None,
     );
-    let triggers = |t: &str| {
-        count(&format!(
-            "SELECT count(*) FROM pg_trigger WHERE tgrelid = '{t}'::regclass \
-              AND tgname LIKE 'indexnow_capture_%'"
-        ))
-    };
+    let triggers = |t: &str| capture_triggers(&[t]);
     // (a partitioned table with a unique index can have no foreign partition)
     run("CREATE TABLE fmom (id int, slug text NOT NULL) PARTITION BY RANGE (id)");
     run("CREATE TABLE fmom_a PARTITION OF fmom (PRIMARY KEY (id)) FOR VALUES FROM (0) TO (10)");
@@ -2509,12 +2515,7 @@ fn a_foreign_table_joining_a_watched_or_related_tree_is_refused() {
 #[pg_test]
 fn a_parent_with_a_foreign_child_gets_no_triggers_and_a_dropped_child_takes_them_along() {
     foreign_server();
-    let triggers = |t: &str| {
-        count(&format!(
-            "SELECT count(*) FROM pg_trigger WHERE tgrelid = '{t}'::regclass \
-              AND tgname LIKE 'indexnow_capture_%'"
-        ))
-    };
+    let triggers = |t: &str| capture_triggers(&[t]);
     run("CREATE TABLE kin2 (id int, slug text NOT NULL)");
     run("CREATE TABLE kin2_a (PRIMARY KEY (id)) INHERITS (kin2)");
     run("CREATE FOREIGN TABLE kin2_f () INHERITS (kin2) SERVER indexnow_test_files");
@@ -2573,11 +2574,7 @@ fn a_partitioned_related_table_written_through_a_partition_moves_the_pages() {
     );
     run("SELECT indexnow_unwatch('books')");
     assert_eq!(
-        count(
-            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
-              AND tgrelid IN ('shelves'::regclass, 'shelves_low'::regclass, \
-                              'shelves_high'::regclass, 'books'::regclass)"
-        ),
+        capture_triggers(&["shelves", "shelves_low", "shelves_high", "books"]),
         0
     );
 }
@@ -2716,10 +2713,7 @@ fn a_watched_partition_sees_writes_through_its_parent_and_both_can_be_watched() 
     run("SELECT indexnow_unwatch('parts')");
     run("SELECT indexnow_unwatch('parts_a')");
     assert_eq!(
-        count(
-            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
-              AND tgrelid IN ('parts'::regclass, 'parts_a'::regclass, 'parts_b'::regclass)"
-        ),
+        capture_triggers(&["parts", "parts_a", "parts_b"]),
         0
     );
 }
@@ -2828,10 +2822,7 @@ fn a_related_partition_written_through_its_parent_moves_the_pages() {
     run("SELECT indexnow_unwatch('books')");
     run("SELECT indexnow_unwatch('seats')");
     assert_eq!(
-        count(
-            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'indexnow_capture_%' \
-              AND tgrelid IN ('shelves'::regclass, 'rooms'::regclass)"
-        ),
+        capture_triggers(&["shelves", "rooms"]),
         0
     );
 }
@@ -2918,6 +2909,23 @@ fn a_restored_capture_trigger_replaces_the_one_the_table_has() {
     );
     run("INSERT INTO mugs VALUES (1, 'm')");
     assert_eq!(pending(), "https://www.example.com/m created");
+    // (nor by a role that is not the table's owner, though it may make triggers on it)
+    run("CREATE ROLE indexnow_test_mugs");
+    run("GRANT USAGE ON SCHEMA public TO indexnow_test_mugs");
+    run("GRANT TRIGGER ON public.mugs TO indexnow_test_mugs");
+    run("GRANT EXECUTE ON FUNCTION public._indexnow_capture() TO indexnow_test_mugs");
+    install_error_catcher();
+    run("SET LOCAL ROLE indexnow_test_mugs");
+    assert_refused(
+        &[(
+            "CREATE TRIGGER indexnow_capture_update AFTER UPDATE ON public.mugs \
+               REFERENCING OLD TABLE AS indexnow_old NEW TABLE AS indexnow_new \
+               FOR EACH STATEMENT EXECUTE FUNCTION public._indexnow_capture()",
+            "trigger \"indexnow_capture_update\" for relation \"mugs\" already exists",
+        )],
+        None,
+    );
+    run("RESET ROLE");
     // (one of another function is no capture trigger: it fails as it always did)
     run("CREATE FUNCTION public.mugs_other() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$");
     assert_refused(
@@ -2951,13 +2959,7 @@ fn a_child_that_stops_inheriting_takes_its_pages_out_of_the_parents_watch() {
          https://www.example.com/old/old3 created\n\
          https://www.example.com/old2 deleted"
     );
-    assert_eq!(
-        count(
-            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'lib_old'::regclass \
-              AND tgname LIKE 'indexnow_capture_%'"
-        ),
-        4
-    );
+    assert_eq!(capture_triggers(&["lib_old"]), 4);
 }
 
 /// Inheritance children watched each on their own: a write through the parent is captured for

@@ -166,15 +166,19 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let written = unsafe { (*relation).rd_id };
     remember_watch_tables(&ext);
     let above = partitions::ancestors(written);
-    let mut dependents = related::of_table(&ext, written);
+    // Each relation reading the written rows, and whether a write records the watch's whole
+    // table instead of running it.
+    let of_table = |table| related::of_table(&ext, table).into_iter();
+    let mut dependents: Vec<(related::Dependents, bool)> =
+        of_table(written).map(|d| (d, false)).collect();
     // A partition (or child) written directly: its rows are those of the tables above it, for
     // the watches that read one of them as a related table (a partitioned category table, or a
     // partitioned tree's own watch).
     for &table in &above {
-        let reading = related::of_table(&ext, table);
-        if !reading.is_empty() {
+        let before = dependents.len();
+        dependents.extend(of_table(table).map(|d| (d, false)));
+        if dependents.len() > before {
             depend_on(table);
-            dependents.extend(reading);
         }
     }
     // A partitioned (or inherited) table written through: the rows it wrote in a related
@@ -182,20 +186,17 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     // written rows' referenced columns: a parent that lacks one (an inheritance child's own
     // column) records the whole watched table instead.
     let below = partitions::descendants(written);
-    let mut whole_table = vec![false; dependents.len()];
     for &table in &below {
-        let reading = related::of_table(&ext, table);
+        let reading: Vec<_> = of_table(table).collect();
         if !reading.is_empty() {
-            let readable = related::referenced_columns_in(table, written);
-            whole_table.extend(std::iter::repeat_n(!readable, reading.len()));
-            dependents.extend(reading);
+            let whole_table = !related::referenced_columns_in(table, written);
+            dependents.extend(reading.into_iter().map(|d| (d, whole_table)));
         }
     }
     let watches_reading =
-        derive::watches_by_id(&ext, dependents.iter().map(|d| d.watch_id).collect());
+        derive::watches_by_id(&ext, dependents.iter().map(|(d, _)| d.watch_id).collect());
     let relations: Vec<Relation> = dependents
         .into_iter()
-        .zip(whole_table)
         .filter_map(|(d, whole_table)| {
             Some(Relation {
                 watch: watches_reading.iter().find(|w| w.id == d.watch_id)?.clone(),

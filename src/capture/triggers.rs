@@ -80,9 +80,6 @@ pub fn install(ext: &str, table: &str) {
 /// Drops the capture triggers of `table` (quoted, qualified).
 pub fn drop(table: &str) {
     for (name, _, _) in EVENTS {
-        spi(
-            "removing the capture triggers",
-            Spi::run(&format!("DROP TRIGGER IF EXISTS {name} ON {table}")),
-        );
+        drop_one(table, name);
     }
 }
