@@ -242,7 +242,19 @@ impl Skipped {
 /// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
 /// the rows for later.
 pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
-    derive_with(watch, rows, absent, &[], false, false)
+    derive_with(watch, rows, absent, Deriver::AfterCommit(&[]))
+}
+
+/// Who derives: after the writes' commit (a reader, a worker), or the writing statement itself,
+/// which must never wait for a worker and may try the commonest save's shortcut first.
+#[derive(Clone, Copy)]
+enum Deriver<'a> {
+    /// A reader or a worker, with the settings it adds for the derivation.
+    AfterCommit(&'a [(&'static str, String)]),
+    /// The writing statement, for rows it inserted or deleted, or updated with new keys.
+    Write,
+    /// The writing statement, for rows it updated with their keys unchanged.
+    WriteEdited,
 }
 
 /// How long a write waits for a queue row or source that another transaction holds (a worker
@@ -266,14 +278,12 @@ pub fn derive_at_write(
     keys: Value,
     edited: bool,
 ) -> Result<(Derived, bool), String> {
-    derive_with(
-        watch,
-        Rows::Keyed(keys),
-        Reason::Deleted,
-        &[("lock_timeout", WRITE_WAITS_AT_MOST.into())],
-        edited,
-        true,
-    )
+    let deriver = if edited {
+        Deriver::WriteEdited
+    } else {
+        Deriver::Write
+    };
+    derive_with(watch, Rows::Keyed(keys), Reason::Deleted, deriver)
 }
 
 /// Whether the watched table or a related table of `watch` has a foreign key checked at commit
@@ -330,12 +340,15 @@ fn derive_with(
     watch: &Watch,
     rows: Rows,
     absent: Reason,
-    more_settings: &[(&'static str, String)],
-    edited: bool,
-    at_write: bool,
+    deriver: Deriver,
 ) -> Result<(Derived, bool), String> {
     let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
-    settings.extend_from_slice(more_settings);
+    match deriver {
+        Deriver::AfterCommit(more) => settings.extend_from_slice(more),
+        Deriver::Write | Deriver::WriteEdited => {
+            settings.push(("lock_timeout", WRITE_WAITS_AT_MOST.into()))
+        }
+    }
     if matches!(rows, Rows::Keyed(_)) {
         // At most 10,000 keys: index probes are always the plan. Without statistics on the
         // queue's tables (a watch just made, before autovacuum's first ANALYZE) the planner took
@@ -344,7 +357,7 @@ fn derive_with(
         settings.push(("enable_seqscan", "off".into()));
     }
     with_settings(&settings, || {
-        if let (true, Rows::Keyed(keys @ Value::Array(one))) = (edited, &rows) {
+        if let (Deriver::WriteEdited, Rows::Keyed(keys @ Value::Array(one))) = (deriver, &rows) {
             if one.len() == 1 {
                 match run_edited_in_place(watch, keys) {
                     Ok(Some(derived)) => return Ok((derived, true)),
@@ -397,6 +410,7 @@ fn derive_with(
                 ),
             );
         } else if skipped.count > 0 {
+            let at_write = !matches!(deriver, Deriver::AfterCommit(_));
             if at_write && references_deferred(watch) {
                 return Err(format!(
                     "{} rows left to the derivation after commit (a deferred foreign key)",
@@ -533,7 +547,12 @@ fn derive_taken(
             Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
-        match derive_with(&watch, rows, Reason::Deleted, settings, false, false) {
+        match derive_with(
+            &watch,
+            rows,
+            Reason::Deleted,
+            Deriver::AfterCommit(settings),
+        ) {
             Ok((_, w)) => wrote |= w,
             Err(message) => {
                 if wrote {

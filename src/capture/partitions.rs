@@ -111,22 +111,40 @@ fn put_back_taken_off(ext: &str) {
     }
 }
 
-/// The tables above and below `table` (a partition or inheritance child, a parent) with an
-/// active watch, nearest above first.
-pub fn watched_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    let mut tree = ancestors(table);
-    tree.extend(descendants(table));
+/// What an active watch does with a table: watches it, reads it as a related table, or either.
+#[derive(Clone, Copy)]
+enum Role {
+    Watched,
+    Related,
+    Either,
+}
+
+/// Those of `tables` that an active watch has in `role`, in their order.
+fn in_role(ext: &str, tables: &[pg_sys::Oid], role: Role) -> Vec<pg_sys::Oid> {
+    let (watched, related) = match role {
+        Role::Watched => (true, false),
+        Role::Related => (false, true),
+        Role::Either => (true, true),
+    };
     let sql = format!(
         "SELECT t.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) WITH ORDINALITY t(oid, n) \
-          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = t.oid AND w.active) \
+          WHERE ($2 AND EXISTS (SELECT FROM {ext}.indexnow_watches w \
+                                 WHERE w.tbl = t.oid AND w.active)) \
+             OR ($3 AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
+                                 WHERE r.tbl = t.oid AND w.active)) \
           ORDER BY t.n"
     );
     Spi::connect(|client| {
-        crate::plan_cache::read(client, &sql, &[tree.into()])?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        crate::plan_cache::read(
+            client,
+            &sql,
+            &[tables.to_vec().into(), watched.into(), related.into()],
+        )?
+        .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
-    .unwrap_or_else(|e| error!("indexnow: looking for watched tables above and below: {e}"))
+    .unwrap_or_else(|e| error!("indexnow: looking for watched and related tables: {e}"))
 }
 
 /// `table` or the first table above it that an active watch watches or reads as a related
@@ -134,28 +152,14 @@ pub fn watched_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 pub fn watched_or_related_at_or_above(ext: &str, table: pg_sys::Oid) -> Option<String> {
     let mut tree = vec![table];
     tree.extend(ancestors(table));
-    let sql = format!(
-        "SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) \
-           FROM pg_catalog.unnest($1::pg_catalog.oid[]) WITH ORDINALITY t(oid, n) \
-           JOIN pg_catalog.pg_class c ON c.oid = t.oid \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-          WHERE EXISTS (SELECT FROM {ext}.indexnow_watches w WHERE w.tbl = t.oid AND w.active) \
-             OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
-                          JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                         WHERE r.tbl = t.oid AND w.active) \
-          ORDER BY t.n LIMIT 1"
-    );
-    crate::plan_cache::get_one::<String>(&sql, &[tree.into()])
-        .unwrap_or_else(|e| error!("indexnow: looking for watched tables above a table: {e}"))
+    in_role(ext, &tree, Role::Either)
+        .first()
+        .map(|t| triggers::table_qualified(*t))
 }
 
 /// The tables above `table` with an active watch, nearest first.
 pub fn watched_ancestors(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    let above = ancestors(table);
-    watched_in_tree(ext, table)
-        .into_iter()
-        .filter(|t| above.contains(t))
-        .collect()
+    in_role(ext, &ancestors(table), Role::Watched)
 }
 
 /// The tables above `table`, nearest first (foreign tables left out: they can have no triggers
@@ -240,6 +244,14 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     .unwrap_or_else(|e| error!("indexnow: listing the partitions of a table: {e}"))
 }
 
+/// `table`, then the tables above it (nearest first), then those below it.
+fn whole_tree(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut all = vec![table];
+    all.extend(ancestors(table));
+    all.extend(descendants(table));
+    all
+}
+
 /// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
 /// capture triggers on every table of each watched tree it belongs to, takes them off tables that
 /// left one, and after an `ALTER TABLE` makes each such watched table's watches again for its new
@@ -250,26 +262,8 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
     put_back_taken_off(&ext);
-    let watched: Vec<pg_sys::Oid> = Spi::connect(|client| {
-        client
-            .select(
-                &format!(
-                    "WITH RECURSIVE up(oid) AS ( \
-                       SELECT $1::oid \
-                       UNION SELECT i.inhparent FROM pg_catalog.pg_inherits i JOIN up ON i.inhrelid = up.oid), \
-                     down(oid) AS ( \
-                       SELECT $1::oid \
-                       UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
-                     SELECT DISTINCT w.tbl::pg_catalog.oid FROM {ext}.indexnow_watches w \
-                      WHERE w.active AND w.tbl::pg_catalog.oid IN (SELECT oid FROM up UNION SELECT oid FROM down)"
-                ),
-                None,
-                &[table.into()],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: finding the watched tables of a changed table: {e}"));
+    let tree = whole_tree(table);
+    let watched = in_role(&ext, &tree, Role::Watched);
     for w in &watched {
         // (a restore makes the triggers itself, after the tables: `triggers::on`)
         if triggers::on(*w) {
@@ -287,7 +281,7 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     }
     // The tables above and below related tables too: a write straight to a partition, or
     // through a parent, fires only the triggers of the table it names.
-    for r in related_tables_in_tree(&ext, table)
+    for r in in_role(&ext, &tree, Role::Related)
         .into_iter()
         .filter(|r| triggers::on(*r))
     {
@@ -341,25 +335,11 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
     if !exists(table) {
         return;
     }
-    let used: bool = Spi::get_one_with_args::<bool>(
-        &format!(
-            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches WHERE tbl = $1 AND active) \
-                     OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
-                                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                                 WHERE r.tbl = $1 AND w.active)"
-        ),
-        &[table.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: removing the capture triggers: {e}"))
-    .unwrap_or(true);
+    let used = !in_role(ext, &[table], Role::Either).is_empty();
     // A table above a watched one that has a foreign table below it now (attached since) loses
     // them: with them, PostgreSQL would refuse every UPDATE and DELETE through it.
     let foreign = !used && foreign_below(table).is_some();
-    if used
-        || (!foreign
-            && (!watched_in_tree(ext, table).is_empty()
-                || !related_tables_in_tree(ext, table).is_empty()))
-    {
+    if used || (!foreign && !in_role(ext, &whole_tree(table)[1..], Role::Either).is_empty()) {
         return;
     }
     triggers::drop(&triggers::table_qualified(table));
@@ -383,27 +363,4 @@ pub fn drop_unused_triggers(ext: &str) {
     for t in with_triggers {
         drop_triggers_if_unused(ext, t);
     }
-}
-
-/// The tables at, above or below `table` that active watches read as related tables, the
-/// watched table's own tree included.
-fn related_tables_in_tree(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    let mut tables = vec![table];
-    tables.extend(ancestors(table));
-    tables.extend(descendants(table));
-    Spi::connect(|client| {
-        client
-            .select(
-                &format!(
-                    "SELECT DISTINCT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
-                       JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
-                      WHERE w.active AND r.tbl::pg_catalog.oid = ANY ($1)"
-                ),
-                None,
-                &[tables.into()],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: finding the related tables above a table: {e}"))
 }
