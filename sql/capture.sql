@@ -132,5 +132,5 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE',
-                  'CREATE TRIGGER')
+                  'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION _indexnow_before_ddl();

@@ -184,7 +184,7 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE',
-                  'CREATE TRIGGER')
+                  'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION @extschema@._indexnow_before_ddl();
 REVOKE ALL ON FUNCTION @extschema@._indexnow_before_ddl() FROM PUBLIC;
 

@@ -2166,6 +2166,31 @@ fn a_dropped_partition_removes_its_pages() {
     assert_eq!(pending(), "https://www.example.com/en/b deleted");
 }
 
+/// A partition of a watched table dropped with its schema (`DROP SCHEMA ... CASCADE`) or with its
+/// owner's objects (`DROP OWNED BY`): its pages are removed, as for a `DROP TABLE` of it.
+#[pg_test]
+fn a_partition_dropped_with_its_schema_or_owner_removes_its_pages() {
+    run(
+        "CREATE TABLE zones (id int, zone text, slug text, PRIMARY KEY (id, zone)) \
+           PARTITION BY LIST (zone)",
+    );
+    run("CREATE SCHEMA archive");
+    run("CREATE TABLE zones_th PARTITION OF zones FOR VALUES IN ('th')");
+    run("CREATE TABLE archive.zones_old PARTITION OF zones FOR VALUES IN ('old')");
+    run("CREATE ROLE zone_keeper");
+    run("CREATE TABLE zones_en PARTITION OF zones FOR VALUES IN ('en')");
+    run("ALTER TABLE zones_en OWNER TO zone_keeper");
+    run("INSERT INTO zones VALUES (1, 'th', 'a'), (2, 'old', 'b'), (3, 'en', 'c')");
+    run("SELECT indexnow_watch('zones', url => 'https://www.example.com/{zone}/{slug}')");
+    pushed();
+    run("DROP SCHEMA archive CASCADE");
+    assert_eq!(pending(), "https://www.example.com/old/b deleted");
+    pushed();
+    run("DROP OWNED BY zone_keeper");
+    assert_eq!(pending(), "https://www.example.com/en/c deleted");
+    run("DROP ROLE zone_keeper");
+}
+
 /// A tree dropped (the table is its own related table), and a watched table dropped together
 /// with its related table in one statement: both followed.
 #[pg_test]

@@ -10,7 +10,8 @@
 //!   other is not rewritten, and a watch whose expression names the column breaks with a
 //!   WARNING, as for a column dropped. A rename through a parent table (not `ONLY`) renames the
 //!   column in the tables below it too, and their watches follow.
-//! - A partition or inheritance child of a watched table dropped (`DROP TABLE`): a whole-table
+//! - A partition or inheritance child of a watched table dropped (`DROP TABLE`, or with its
+//!   schema, `DROP SCHEMA ... CASCADE`, or its owner's objects, `DROP OWNED BY`): a whole-table
 //!   change set is recorded for the watched table above it, derived after the commit, when the
 //!   child's rows are gone (their pages removed). At the end of the DROP the child is no longer
 //!   in the catalog, so nothing would tell which watched table it was under.
@@ -68,6 +69,8 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         column_renamed(&*(parsetree as *mut pg_sys::RenameStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_DropStmt) {
         tables_dropped(&*(parsetree as *mut pg_sys::DropStmt))
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_DropOwnedStmt) {
+        owned_dropped(&*(parsetree as *mut pg_sys::DropOwnedStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt) {
         tables_joining(&*(parsetree as *mut pg_sys::AlterTableStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateForeignTableStmt) {
@@ -95,6 +98,9 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
                 }
             }
             Seen::Dropped(tables) => follow_drops(&ext, tables),
+            Seen::DroppedWith { schemas, owners } => {
+                follow_drops(&ext, &children_dropped_with(schemas, owners))
+            }
             // (without looking first: the drop takes the table's lock, then sees a trigger
             // another session committed meanwhile; its NOTICE when there is none is not said)
             Seen::CaptureTrigger { table, name } => {
@@ -128,6 +134,12 @@ enum Seen {
         new: String,
     },
     Dropped(Vec<pg_sys::Oid>),
+    /// Schemas dropped (`DROP SCHEMA`), or roles whose objects are (`DROP OWNED`): the tables
+    /// in them, found in the subtransaction that follows the drop.
+    DroppedWith {
+        schemas: Vec<pg_sys::Oid>,
+        owners: Vec<pg_sys::Oid>,
+    },
     /// A capture trigger made by name (`CREATE TRIGGER indexnow_capture_insert ...`: a restore).
     CaptureTrigger {
         table: pg_sys::Oid,
@@ -182,7 +194,22 @@ unsafe fn column_renamed(rename: &pg_sys::RenameStmt) -> Option<Seen> {
 }
 
 unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
-    if drop.removeType != pg_sys::ObjectType::OBJECT_TABLE || drop.objects.is_null() {
+    if drop.objects.is_null() {
+        return None;
+    }
+    if drop.removeType == pg_sys::ObjectType::OBJECT_SCHEMA {
+        let schemas: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::Node>::from_pg(drop.objects)
+            .iter_ptr()
+            .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_String))
+            .map(|n| pg_sys::get_namespace_oid((*(n as *mut pg_sys::String)).sval, true))
+            .filter(|oid| *oid != pg_sys::InvalidOid)
+            .collect();
+        return (!schemas.is_empty()).then_some(Seen::DroppedWith {
+            schemas,
+            owners: vec![],
+        });
+    }
+    if drop.removeType != pg_sys::ObjectType::OBJECT_TABLE {
         return None;
     }
     let names = pgrx::PgList::<pg_sys::List>::from_pg(drop.objects);
@@ -191,6 +218,41 @@ unsafe fn tables_dropped(drop: &pg_sys::DropStmt) -> Option<Seen> {
         .filter_map(|name| relation_of(pg_sys::makeRangeVarFromNameList(name)))
         .collect();
     (!tables.is_empty()).then_some(Seen::Dropped(tables))
+}
+
+/// `DROP OWNED BY` roles: the tables they own in this database go with them.
+unsafe fn owned_dropped(drop: &pg_sys::DropOwnedStmt) -> Option<Seen> {
+    if drop.roles.is_null() {
+        return None;
+    }
+    let owners: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::RoleSpec>::from_pg(drop.roles)
+        .iter_ptr()
+        .map(|role| pg_sys::get_rolespec_oid(role, true))
+        .filter(|oid| *oid != pg_sys::InvalidOid)
+        .collect();
+    (!owners.is_empty()).then_some(Seen::DroppedWith {
+        schemas: vec![],
+        owners,
+    })
+}
+
+/// The partitions and inheritance children in `schemas` or owned by `owners`: those of them
+/// below a watched table take rows of it away with them.
+fn children_dropped_with(schemas: &[pg_sys::Oid], owners: &[pg_sys::Oid]) -> Vec<pg_sys::Oid> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT c.oid FROM pg_catalog.pg_class c \
+                  WHERE (c.relnamespace = ANY ($1) OR c.relowner = ANY ($2)) \
+                    AND c.relkind IN ('r', 'p') \
+                    AND EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid)",
+                None,
+                &[schemas.to_vec().into(), owners.to_vec().into()],
+            )?
+            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: listing the tables a drop takes with it: {e}"))
 }
 
 /// A capture trigger made by its table's owner with a `CREATE TRIGGER` of the capture function
