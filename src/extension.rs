@@ -85,6 +85,41 @@ pub fn version_mismatch() -> Option<String> {
         })
 }
 
+/// Refuses `function` (a function that writes) on a hot standby or in a read-only transaction,
+/// with a message saying so: without it, the first write inside fails with an internal error
+/// ("cannot assign TransactionIds during recovery").
+pub fn require_writable(function: &str) {
+    let (standby, read_only) = unsafe {
+        (
+            pgrx::pg_sys::RecoveryInProgress(),
+            pgrx::pg_sys::XactReadOnly,
+        )
+    };
+    if !standby && !read_only {
+        return;
+    }
+    let (why, hint) = if standby {
+        (
+            "this server is a hot standby",
+            "Call it on the primary: a standby has the primary's queue, and its worker starts \
+             when it is promoted.",
+        )
+    } else {
+        (
+            "the transaction is read-only",
+            "Call it in a read-write transaction (SET TRANSACTION READ WRITE, or \
+             default_transaction_read_only = off).",
+        )
+    };
+    pgrx::pg_sys::panic::ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        format!("indexnow: {function}() writes, and {why}"),
+        "indexnow",
+    )
+    .set_hint(hint)
+    .report(PgLogLevel::ERROR);
+}
+
 /// Refuses a call whose SQL declaration may differ from the library's (a function's result
 /// columns change between releases) until the database is updated.
 pub fn require_current_version() {

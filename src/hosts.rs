@@ -72,6 +72,7 @@ pub fn held_sql(name: &str, sending_on: &str) -> String {
 /// key rotation is what asks for them again.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
+    crate::extension::require_writable("indexnow_add_host");
     // It writes the key's state, a column of this release's table.
     crate::extension::require_current_version();
     let host = normal_host(host);
@@ -146,6 +147,7 @@ fn request_key_failures_again(host: &str) {
 /// Sets (or, with NULL, removes) the key location of a host already added.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_set_key_location(host: &str, key_location: Option<&str>) {
+    crate::extension::require_writable("indexnow_set_key_location");
     let host = normal_host(host);
     let key_location = key_location.map(|loc| checked_key_location(&host, loc));
     update_host(
@@ -158,12 +160,14 @@ fn indexnow_set_key_location(host: &str, key_location: Option<&str>) {
 /// Stops sending for a host: its URLs are still queued, and wait until it is enabled again.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_disable_host(host: &str) {
+    crate::extension::require_writable("indexnow_disable_host");
     set_enabled(host, false);
 }
 
 /// Sends for a host again after `indexnow_disable_host()`.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_enable_host(host: &str) {
+    crate::extension::require_writable("indexnow_enable_host");
     set_enabled(host, true);
 }
 
@@ -171,6 +175,7 @@ fn indexnow_enable_host(host: &str) {
 /// (see the module's comment): from now on it sends for them. Returns how many hosts it took.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_confirm_copy() -> i64 {
+    crate::extension::require_writable("indexnow_confirm_copy");
     let (system, database) = here();
     let taken = Spi::get_one_with_args::<i64>(
         &format!(

@@ -810,3 +810,31 @@ fn a_key_failure_is_a_refusal_that_rejects_the_key() {
         assert_eq!(sql, rust, "{code} {body}");
     }
 }
+
+/// Every function that writes says so in a read-only transaction (a hot standby's are read-only
+/// too: the e2e standby test), instead of failing inside with an internal error.
+#[pg_test]
+fn the_writing_functions_refuse_a_read_only_transaction_by_name() {
+    run("CREATE TABLE ro_pages (id int PRIMARY KEY, slug text)");
+    install_error_catcher();
+    run("SET LOCAL transaction_read_only = on");
+    let cases = [
+        ("SELECT indexnow_push_now()", "indexnow_push_now() writes, and the transaction is read-only"),
+        ("SELECT indexnow_queue('https://www.example.com/a')", "indexnow_queue() writes"),
+        ("SELECT indexnow_reconcile('ro_pages')", "indexnow_reconcile() writes"),
+        ("SELECT indexnow_derive()", "indexnow_derive() writes"),
+        (
+            "SELECT indexnow_watch('ro_pages', url => 'https://www.example.com/{slug}')",
+            "indexnow_watch() writes",
+        ),
+        ("SELECT indexnow_unwatch('ro_pages')", "indexnow_unwatch() writes"),
+        ("SELECT indexnow_add_host('www.example.com', 'k0123456')", "indexnow_add_host() writes"),
+        ("SELECT indexnow_set_key_location('www.example.com', NULL)", "indexnow_set_key_location() writes"),
+        ("SELECT indexnow_disable_host('www.example.com')", "indexnow_disable_host() writes"),
+        ("SELECT indexnow_enable_host('www.example.com')", "indexnow_enable_host() writes"),
+        ("SELECT indexnow_confirm_copy()", "indexnow_confirm_copy() writes"),
+    ];
+    assert_refused(&cases, Some("25006"));
+    // Readers still answer.
+    assert!(text("SELECT worker FROM indexnow_status()").is_some());
+}

@@ -283,6 +283,7 @@ fn indexnow_watch(
     url_sql: default!(Option<&str>, "NULL"),
     related: default!(Option<Vec<String>>, "NULL"),
 ) {
+    crate::extension::require_writable("indexnow_watch");
     owner::refuse_in_restricted_operation("indexnow_watch");
     // The statements it generates call this release's internal functions, by their names.
     crate::extension::require_current_version();
@@ -833,6 +834,7 @@ fn record_baseline(ext: &str, watch: derive::Watch, all: String, keys: String, l
 fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
     let oid = tbl.oid();
     drop(tbl);
+    crate::extension::require_writable("indexnow_unwatch");
     owner::refuse_in_restricted_operation("indexnow_unwatch");
     let ext = crate::extension::schema();
     let table = describe(oid);
@@ -889,6 +891,7 @@ fn indexnow_reconcile(
 > {
     let oid = tbl.oid();
     drop(tbl);
+    crate::extension::require_writable("indexnow_reconcile");
     owner::refuse_in_restricted_operation("indexnow_reconcile");
     let ext = crate::extension::schema();
     check_trigger_privilege(
@@ -934,6 +937,7 @@ fn reconcile(ext: &str, oid: pg_sys::Oid) -> Vec<(String, i64, i64, i64)> {
 /// change sets it derived.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
+    crate::extension::require_writable("indexnow_derive");
     let ext = crate::extension::schema();
     let mut n = 0;
     loop {

@@ -67,6 +67,7 @@ pub fn url_hash(url: &str) -> Vec<u8> {
 /// or the reason is unknown; nothing is queued then.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
+    crate::extension::require_writable("indexnow_queue");
     let reason: Reason = reason
         .parse()
         .unwrap_or_else(|e: UnknownReason| invalid_parameter(e.to_string()));

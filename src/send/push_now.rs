@@ -21,6 +21,7 @@ fn indexnow_push_now() -> TableIterator<
         name!(note, Option<String>),
     ),
 > {
+    crate::extension::require_writable("indexnow_push_now");
     // The tables a pass writes are those of this library's release (as for the workers, which
     // wait for the update).
     crate::extension::require_current_version();

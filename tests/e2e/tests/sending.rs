@@ -1141,6 +1141,25 @@ fn nothing_is_sent_on_a_hot_standby_until_promotion() {
     assert_eq!(receiver.arrived(), 0, "a hot standby sends nothing");
     let worker = worker_state(&mut replica);
     assert!(worker.contains("hot standby"), "{worker}");
+    // A "send now" on every node of a pair (a cron job) is told why, by name.
+    let queue = format!("SELECT indexnow_queue('https://{HOST}/new')");
+    for call in ["SELECT * FROM indexnow_push_now()", queue.as_str()] {
+        let err = replica.batch_execute(call).unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION),
+            "{err}"
+        );
+        let message = err
+            .as_db_error()
+            .expect("a server error")
+            .message()
+            .to_string();
+        assert!(
+            message.contains("this server is a hot standby"),
+            "{call}: {message}"
+        );
+    }
     drop(db);
     drop(primary);
     standby.promote();
