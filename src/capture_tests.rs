@@ -1992,6 +1992,55 @@ fn row_level_security_added_later_queues_no_removal_of_a_live_page() {
         "https://www.example.com/one created 0\n\
          https://www.example.com/two created 0"
     );
+    // Mended (the policy no longer applies to the maker, the table's owner): the edit that
+    // waited is derived.
+    run("ALTER TABLE tenant_pages NO FORCE ROW LEVEL SECURITY");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/one moved\n\
+         https://www.example.com/one-b created"
+    );
+}
+
+/// The maker of a watch lost a privilege on its related table for a while: the writes in between
+/// succeed, their changes are kept (one whole-table derivation owed, however many writes), and
+/// derived once the privilege is back.
+#[pg_test]
+fn changes_made_while_a_watch_cannot_read_are_derived_once_it_can() {
+    run("CREATE ROLE indexnow_test_lender");
+    run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_lender");
+    run("SELECT indexnow_grant_watching('indexnow_test_lender')");
+    run("CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NULL)");
+    run(
+        "CREATE TABLE shelved (id int PRIMARY KEY, shelf int REFERENCES shelves, \
+           slug text NOT NULL)",
+    );
+    run("ALTER TABLE shelved OWNER TO indexnow_test_lender");
+    run("GRANT SELECT, TRIGGER ON shelves TO indexnow_test_lender");
+    run("INSERT INTO shelves VALUES (1, 'x')");
+    run("INSERT INTO shelved VALUES (1, 1, 'p')");
+    run("SET LOCAL ROLE indexnow_test_lender");
+    run(
+        "SELECT indexnow_watch('shelved', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
+           related => '{shelves}')",
+    );
+    run("RESET ROLE");
+    pushed();
+    run("REVOKE SELECT ON shelves FROM indexnow_test_lender");
+    run("UPDATE shelves SET slug = 'y'");
+    run("UPDATE shelved SET slug = 'q' WHERE id = 1");
+    run("INSERT INTO shelved VALUES (2, 1, 'r')");
+    assert_eq!(pending(), "");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    run("GRANT SELECT ON shelves TO indexnow_test_lender");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/x/p moved\n\
+         https://www.example.com/y/q created\n\
+         https://www.example.com/y/r created"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
 
 #[pg_test]

@@ -80,6 +80,21 @@ pub fn record_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>
     .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
 }
 
+/// Records that `watch` of `tbl` owes a derivation of the whole table (it could not derive the
+/// changes recorded for it), unless one is owed already.
+pub fn owe_whole_table(ext: &str, tbl: pg_sys::Oid, watch: i32) {
+    let sql = format!(
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+         SELECT $1, ARRAY[$2], NULL WHERE NOT EXISTS ( \
+           SELECT FROM {ext}.indexnow_changes c \
+            WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches = ARRAY[$2])"
+    );
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, &sql, &[tbl.into(), watch.into()]).map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
+}
+
 /// The statement that records, by SQL, the keys of one trigger event (key types not read in
 /// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all). `sources` are
 /// the transition tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE

@@ -242,15 +242,36 @@ impl Skipped {
 /// failure, a lock timeout, resources), that reason: then nothing is skipped, and the caller keeps
 /// the rows for later.
 pub fn derive(watch: &Watch, rows: Rows, absent: Reason) -> Result<(Derived, bool), String> {
-    derive_with(watch, rows, absent, Deriver::AfterCommit(&[]))
+    derive_with(watch, rows, absent, Deriver::AfterCommit).map_err(|u| u.message)
+}
+
+/// Why a derivation did not finish: a reason gone if it is tried again (a lock wait ended, a
+/// deadlock), or a watch that cannot derive at all now (`broken`: a column it reads is gone, its
+/// maker lost a privilege, row-level security applies to the maker), which a WARNING has said.
+pub struct Unfinished {
+    pub message: String,
+    pub broken: bool,
+}
+
+impl From<String> for Unfinished {
+    fn from(message: String) -> Self {
+        Unfinished {
+            message,
+            broken: false,
+        }
+    }
 }
 
 /// Who derives: after the writes' commit (a reader, a worker), or the writing statement itself,
 /// which must never wait for a worker and may try the commonest save's shortcut first.
 #[derive(Clone, Copy)]
 enum Deriver<'a> {
-    /// A reader or a worker, with the settings it adds for the derivation.
-    AfterCommit(&'a [(&'static str, String)]),
+    /// `indexnow_watch()`, `indexnow_reconcile()`, a re-read at send time: a watch that cannot
+    /// derive is warned of, and nothing is derived.
+    AfterCommit,
+    /// A reader or a worker deriving change sets, with the settings it adds: a watch that cannot
+    /// derive leaves them (warned of once per session).
+    ChangeSet(&'a [(&'static str, String)]),
     /// The writing statement, for rows it inserted or deleted, or updated with new keys.
     Write,
     /// The writing statement, for rows it updated with their keys unchanged.
@@ -283,7 +304,7 @@ pub fn derive_at_write(
     } else {
         Deriver::Write
     };
-    derive_with(watch, Rows::Keyed(keys), Reason::Deleted, deriver)
+    derive_with(watch, Rows::Keyed(keys), Reason::Deleted, deriver).map_err(|u| u.message)
 }
 
 /// Whether the watched table or a related table of `watch` has a foreign key checked at commit
@@ -341,10 +362,11 @@ fn derive_with(
     rows: Rows,
     absent: Reason,
     deriver: Deriver,
-) -> Result<(Derived, bool), String> {
+) -> Result<(Derived, bool), Unfinished> {
     let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
     match deriver {
-        Deriver::AfterCommit(more) => settings.extend_from_slice(more),
+        Deriver::AfterCommit => {}
+        Deriver::ChangeSet(more) => settings.extend_from_slice(more),
         Deriver::Write | Deriver::WriteEdited => {
             settings.push(("lock_timeout", WRITE_WAITS_AT_MOST.into()))
         }
@@ -361,7 +383,7 @@ fn derive_with(
             if one.len() == 1 {
                 match run_edited_in_place(watch, keys) {
                     Ok(Some(derived)) => return Ok((derived, true)),
-                    Err(failure) if failure.transient => return Err(failure.message),
+                    Err(failure) if failure.transient => return Err(failure.message.into()),
                     // Not a row edited in place, or a row that fails: the whole derivation
                     // decides (and reports what fails).
                     Ok(None) | Err(_) => {}
@@ -378,12 +400,12 @@ fn derive_with(
                 wrote = run.writes > 0 || run.derived != Derived::default();
                 skipped.add(run.problems, run.problem);
             }
-            Err(failure) if failure.transient => return Err(failure.message),
+            Err(failure) if failure.transient => return Err(failure.message.into()),
             Err(failure) => {
                 // Broken whatever the rows (a column it names is gone)? Then nothing can be
                 // derived; else find the rows that fail.
                 match run_statement(watch, &Rows::Keyed(Value::Array(vec![])), absent) {
-                    Err(f) if f.transient => return Err(f.message),
+                    Err(f) if f.transient => return Err(f.message.into()),
                     Err(f) => broken = Some(f.message),
                     Ok(_) => {
                         let keys = match rows {
@@ -402,20 +424,31 @@ fn derive_with(
             }
         }
         if let Some(message) = broken {
-            warn(
-                watch,
-                format!(
-                    "indexnow: the watch of {} for {} could not derive its URLs: {message}",
-                    watch.table, watch.pattern
-                ),
+            let warning = format!(
+                "indexnow: the watch of {} for {} could not derive its URLs: {message}",
+                watch.table, watch.pattern
             );
+            if matches!(deriver, Deriver::AfterCommit) {
+                warn(watch, warning);
+            } else {
+                // The changes are kept, tried again by every pass of a worker: said once a
+                // session.
+                if !matches!(deriver, Deriver::ChangeSet(_)) || first_warning(watch.id, &warning) {
+                    warn_kept(warning);
+                }
+                return Err(Unfinished {
+                    message,
+                    broken: true,
+                });
+            }
         } else if skipped.count > 0 {
-            let at_write = !matches!(deriver, Deriver::AfterCommit(_));
+            let at_write = matches!(deriver, Deriver::Write | Deriver::WriteEdited);
             if at_write && references_deferred(watch) {
                 return Err(format!(
                     "{} rows left to the derivation after commit (a deferred foreign key)",
                     skipped.count
-                ));
+                )
+                .into());
             }
             warn(
                 watch,
@@ -503,17 +536,51 @@ fn warn(watch: &Watch, message: String) {
         .report(PgLogLevel::WARNING);
 }
 
+fn warn_kept(message: String) {
+    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, message, "indexnow")
+        .set_hint(
+            "The write succeeded, and its change is kept: it is derived once the watch can read \
+             its rows again. Make the watch again with indexnow_watch() if a column it names is \
+             gone, or give back what its maker lost (a privilege; row-level security applying \
+             to the maker).",
+        )
+        .report(PgLogLevel::WARNING);
+}
+
+thread_local! {
+    /// The broken watches' WARNINGs this session has given, by watch.
+    static WARNED: std::cell::RefCell<std::collections::HashMap<i32, String>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Whether `warning` about `watch` is new to this session (a watch broken another way is).
+fn first_warning(watch: i32, warning: &str) -> bool {
+    WARNED.with_borrow_mut(|warned| {
+        warned.insert(watch, warning.to_string()).as_deref() != Some(warning)
+    })
+}
+
 /// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
 /// it), together with small ones after it of the same table and watches (`most` change sets in
 /// all at most), and deletes them. Returns how many it derived: 0 when there was none.
-pub fn derive_one_change_set(ext: &str, waiting: Waiting, most: usize) -> usize {
-    derive_taken(ext, waiting, most, &[], &[]).unwrap_or_else(|(table, message, _)| {
-        // The change set stays: this transaction ends, and it is derived again.
-        error!(
-            "indexnow: deriving a change set of {table} failed, it is kept for the next try: \
-             {message}"
-        )
-    })
+/// Those of a watch that cannot derive now are passed over (added to `passed_over`).
+pub fn derive_one_change_set(
+    ext: &str,
+    waiting: Waiting,
+    most: usize,
+    passed_over: &mut Vec<i64>,
+) -> usize {
+    loop {
+        match derive_taken(ext, waiting, most, &[], passed_over) {
+            Ok(derived) => return derived,
+            Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
+            // The change set stays: this transaction ends, and it is derived again.
+            Err(stuck) => error!(
+                "indexnow: deriving a change set of {} failed, it is kept for the next try: {}",
+                stuck.table, stuck.message
+            ),
+        }
+    }
 }
 
 /// As [`derive_one_change_set`], with `settings` for its derivations, leaving out the change
@@ -547,18 +614,27 @@ fn derive_taken(
             Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
-        match derive_with(
-            &watch,
-            rows,
-            Reason::Deleted,
-            Deriver::AfterCommit(settings),
-        ) {
+        match derive_with(&watch, rows, Reason::Deleted, Deriver::ChangeSet(settings)) {
             Ok((_, w)) => wrote |= w,
-            Err(message) => {
+            Err(unfinished) => {
+                // A watch that cannot derive now owes a derivation of the whole table, which
+                // stands for every change recorded for it meanwhile (one, however many writes).
+                let owed_already = unfinished.broken
+                    && taken.keys.is_none()
+                    && taken.watches.as_deref() == Some(&[watch.id][..]);
+                if unfinished.broken && !owed_already {
+                    change_sets::owe_whole_table(ext, taken.table, watch.id);
+                    continue;
+                }
                 if wrote {
                     crate::wake::worker_at_commit();
                 }
-                return Err((watch.table, message, taken.ids));
+                return Err(Stuck {
+                    table: watch.table,
+                    message: unfinished.message,
+                    ids: taken.ids,
+                    broken: unfinished.broken,
+                });
             }
         }
     }
@@ -578,9 +654,14 @@ fn derive_taken(
 /// (Longer than a reader's: a worker is in no one's way, and a reconcile holds rows for longer.)
 const WORKER_WAITS_AT_MOST: &str = "5s";
 
-/// Change sets whose derivation waited too long for another transaction: their table, why, and
-/// their ids (they stay, for a later try).
-pub type Stuck = (String, String, Vec<i64>);
+/// Change sets left for a later try: their derivation waited too long for another transaction,
+/// or (`broken`) their watch cannot derive now (a WARNING said why). Their table, why, and ids.
+pub struct Stuck {
+    pub table: String,
+    pub message: String,
+    pub ids: Vec<i64>,
+    pub broken: bool,
+}
 
 /// Derives the oldest change set no other sender holds, leaving out those `passed_over` in this
 /// pass, as a worker does, one a transaction: how many it derived, or the change sets that
@@ -607,12 +688,13 @@ const READER_WAITS_AT_MOST: &str = "1s";
 pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
     let settings = [("lock_timeout", READER_WAITS_AT_MOST.to_string())];
     let mut n = 0;
+    let mut passed_over = vec![];
     loop {
         // Set around the whole step, the bound holds for taking the change set too (another
         // transaction deriving it, left open): that wait ends this reader's deriving the same way.
         let taken = subtransaction::run(|| {
             with_settings(&settings, || {
-                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &[], &[])
+                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &[], &passed_over)
             })
         })
         .unwrap_or_else(|failure| {
@@ -622,16 +704,24 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
                     failure.message
                 );
             }
-            Err(("a watched table".into(), failure.message, vec![]))
+            Err(Stuck {
+                table: "a watched table".into(),
+                message: failure.message,
+                ids: vec![],
+                broken: false,
+            })
         });
         match taken {
             Ok(0) => return n,
             Ok(derived) => n += derived as i64,
-            Err((table, message, _)) => {
+            // (its watch cannot derive now: the WARNING said so)
+            Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
+            Err(stuck) => {
                 notice!(
-                    "indexnow: the changes recorded for {table} are left to the workers: \
-                     {message} (another transaction holds what they would write; they are \
-                     derived once it ends)"
+                    "indexnow: the changes recorded for {} are left to the workers: {} (another \
+                     transaction holds what they would write; they are derived once it ends)",
+                    stuck.table,
+                    stuck.message
                 );
                 return n;
             }
@@ -654,8 +744,9 @@ fn may_derive_here() -> bool {
 /// Derives every change set there is, in the calling transaction (a reader). Returns how many.
 pub fn derive_all_change_sets(ext: &str) -> i64 {
     let mut n = 0;
+    let mut passed_over = vec![];
     loop {
-        let derived = derive_one_change_set(ext, Waiting::Wait, MERGED_AT_MOST);
+        let derived = derive_one_change_set(ext, Waiting::Wait, MERGED_AT_MOST, &mut passed_over);
         if derived == 0 {
             return n;
         }

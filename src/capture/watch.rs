@@ -940,11 +940,12 @@ fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
     crate::extension::require_writable("indexnow_derive");
     let ext = crate::extension::schema();
     let mut n = 0;
+    let mut passed_over = vec![];
     loop {
         let most = change_sets.map_or(MERGED_AT_MOST, |most| {
             usize::try_from(most - n).unwrap_or(0).min(MERGED_AT_MOST)
         });
-        let derived = derive::derive_one_change_set(&ext, Waiting::Wait, most);
+        let derived = derive::derive_one_change_set(&ext, Waiting::Wait, most, &mut passed_over);
         if derived == 0 {
             return n;
         }

@@ -238,12 +238,16 @@ pub fn derive_change_sets(session: Session) {
                 {
                     Ok(0) => break,
                     Ok(_) => {}
-                    Err((table, message, ids)) => {
+                    // (its watch cannot derive now: the WARNING said so, once)
+                    Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
+                    Err(stuck) => {
                         log!(
-                            "indexnow: the changes recorded for {table} wait for another \
-                             transaction: {message}; the others are derived and sending goes on"
+                            "indexnow: the changes recorded for {} wait for another \
+                             transaction: {}; the others are derived and sending goes on",
+                            stuck.table,
+                            stuck.message
                         );
-                        passed_over.extend(ids);
+                        passed_over.extend(stuck.ids);
                     }
                 }
             }
