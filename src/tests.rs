@@ -822,7 +822,6 @@ fn the_writing_functions_refuse_a_read_only_transaction_by_name() {
         ("SELECT indexnow_push_now()", "indexnow_push_now() writes, and the transaction is read-only"),
         ("SELECT indexnow_queue('https://www.example.com/a')", "indexnow_queue() writes"),
         ("SELECT indexnow_reconcile('ro_pages')", "indexnow_reconcile() writes"),
-        ("SELECT indexnow_derive()", "indexnow_derive() writes"),
         (
             "SELECT indexnow_watch('ro_pages', url => 'https://www.example.com/{slug}')",
             "indexnow_watch() writes",

@@ -135,7 +135,7 @@ enum Seen {
     },
     Dropped(Vec<pg_sys::Oid>),
     /// Schemas dropped (`DROP SCHEMA`), or roles whose objects are (`DROP OWNED`): the tables
-    /// in them, found in the subtransaction that follows the drop.
+    /// in them are found in the subtransaction that follows them, before the drop runs.
     DroppedWith {
         schemas: Vec<pg_sys::Oid>,
         owners: Vec<pg_sys::Oid>,

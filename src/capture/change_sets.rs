@@ -95,6 +95,27 @@ pub fn owe_whole_table(ext: &str, tbl: pg_sys::Oid, watch: i32) {
     .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
 }
 
+/// Deletes the whole-table change sets owed by `watch` of `tbl` other than `kept` (and than those
+/// another transaction holds): one derivation of the whole table stands for them all.
+pub fn drop_owed_twice(ext: &str, tbl: pg_sys::Oid, watch: i32, kept: &[i64]) {
+    let sql = format!(
+        "DELETE FROM {ext}.indexnow_changes WHERE id IN ( \
+           SELECT c.id FROM {ext}.indexnow_changes c \
+            WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches = ARRAY[$2] \
+              AND c.id <> ALL ($3) \
+              FOR UPDATE SKIP LOCKED)"
+    );
+    Spi::connect_mut(|client| {
+        plan_cache::write(
+            client,
+            &sql,
+            &[tbl.into(), watch.into(), kept.to_vec().into()],
+        )
+        .map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not merge owed derivations of a table: {e}"));
+}
+
 /// The statement that records, by SQL, the keys of one trigger event (key types not read in
 /// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all). `sources` are
 /// the transition tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE

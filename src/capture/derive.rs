@@ -11,10 +11,10 @@
 //! - **A row that fails is skipped, not the statement.** The statement runs in a subtransaction;
 //!   when it raises (a `url_sql` that divides by zero for one row), the keys are split in halves
 //!   until the failing rows are alone, and every other row is derived. A watch that fails even for
-//!   no row at all (a column it names was dropped) is broken as a whole. Either way one WARNING
-//!   per derivation says how many rows were skipped, the first keys and the error; the change is
-//!   not lost for good: `indexnow_reconcile()` (after fixing the watch with `indexnow_watch()`,
-//!   which reconciles by itself) derives every row again.
+//!   no row at all (a column it names was dropped, its maker lost a privilege) is broken as a
+//!   whole: a write or a change set then leaves it one derivation of the whole table, owed until
+//!   the watch can read its rows again. One WARNING per derivation says how many rows were
+//!   skipped (the first keys and the error), or that the watch is broken.
 //! - **A cancel is not an error**: it ends the statement (see `crate::subtransaction`).
 //! - **Change sets** are derived oldest first, one at a time (with the small ones after it of the
 //!   same table and watches, up to a change set's 10,000 keys): a worker skips one another sender
@@ -625,6 +625,10 @@ fn derive_taken(
                 if unfinished.broken && !owed_already {
                     change_sets::owe_whole_table(ext, taken.table, watch.id);
                     continue;
+                }
+                if owed_already {
+                    // (others of its kind, recorded by other transactions meanwhile: one stays)
+                    change_sets::drop_owed_twice(ext, taken.table, watch.id, &taken.ids);
                 }
                 if wrote {
                     crate::wake::worker_at_commit();

@@ -26,7 +26,7 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
                 PgSqlErrorCode::ERRCODE_WARNING,
                 format!(
                     "indexnow: the watch of {watched} for {pattern} read the dropped table \
-                     {identity}: writes to {watched} that it cannot derive are skipped"
+                     {identity}: writes to {watched} are kept until it can derive them"
                 ),
                 "indexnow",
             )

@@ -937,7 +937,6 @@ fn reconcile(ext: &str, oid: pg_sys::Oid) -> Vec<(String, i64, i64, i64)> {
 /// change sets it derived.
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
-    crate::extension::require_writable("indexnow_derive");
     let ext = crate::extension::schema();
     let mut n = 0;
     let mut passed_over = vec![];

@@ -221,18 +221,27 @@ pub struct HostResult {
 }
 
 /// Derives the change sets the capture triggers recorded: all of them in the caller's
-/// transaction, or, for a worker, one a transaction, skipping those another sender derives.
-pub fn derive_change_sets(session: Session) {
+/// transaction, or, for a worker, one a transaction, skipping those another sender derives, for
+/// at most `naptime`: a steady stream of saves must not keep a worker deriving and never sending.
+/// Returns whether a worker stopped with change sets left (the next pass then starts at once).
+pub fn derive_change_sets(session: Session) -> bool {
     let ext = || crate::extension::schema();
     match session {
         Session::PushNow => {
             derive::derive_change_sets_for_reader(&ext());
+            false
         }
         Session::Worker { .. } => {
-            // Change sets held up by another transaction this pass: passed over, the ones after
-            // them derived, and tried again next pass.
-            let mut passed_over = vec![];
+            // Change sets held up by another transaction: passed over, the ones after them
+            // derived, and tried again once every other one is (a pass cut short keeps the
+            // list, so the next one does not spend its time on them again first).
+            let mut passed_over = PASSED_OVER.take();
+            let until = Instant::now() + Duration::from_millis(guc::NAPTIME_MS.get() as u64);
             while !session.told_to_stop() {
+                if Instant::now() >= until {
+                    PASSED_OVER.set(passed_over);
+                    return true;
+                }
                 match session
                     .step(|| derive::derive_one_change_set_for_worker(&ext(), &passed_over))
                 {
@@ -251,18 +260,25 @@ pub fn derive_change_sets(session: Session) {
                     }
                 }
             }
+            false
         }
     }
 }
 
-/// One pass. Returns what it did per host (hosts with nothing sent are left out).
-pub fn run_pass(session: Session) -> Vec<HostResult> {
+thread_local! {
+    /// The change sets a worker's pass cut short had passed over, for the next pass.
+    static PASSED_OVER: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// One pass. Returns what it did per host (hosts with nothing sent are left out), and whether
+/// it left change sets to derive (see [`derive_change_sets`]).
+pub fn run_pass(session: Session) -> (Vec<HostResult>, bool) {
     let settings = Settings::now();
     // What the capture triggers recorded is derived first, sending or not: the queue is what a
     // pass reads (behaviour 8).
-    derive_change_sets(session);
+    let more_to_derive = derive_change_sets(session);
     if !settings.enabled {
-        return vec![];
+        return (vec![], more_to_derive);
     }
     if session == Session::PushNow {
         // As a write: the statements after it then take a fresh snapshot each (pgrx runs them
@@ -290,7 +306,7 @@ pub fn run_pass(session: Session) -> Vec<HostResult> {
     }
     results.retain(|r| r.requests > 0);
     results.sort_by(|a, b| a.host.cmp(&b.host));
-    results
+    (results, more_to_derive)
 }
 
 /// One pass's sending: up to `max_in_flight` requests open at once, never two for one host, the

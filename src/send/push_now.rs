@@ -29,6 +29,7 @@ fn indexnow_push_now() -> TableIterator<
         notice!("indexnow: indexnow.enabled is off: nothing is sent");
     }
     let rows = run_pass(Session::PushNow)
+        .0
         .into_iter()
         .map(|r| (r.host, r.requests, r.url_count, r.status, r.note))
         .collect::<Vec<_>>();

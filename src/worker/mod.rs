@@ -332,13 +332,25 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         let enabled = guc::ENABLED.get();
         registry::set_dry_run(db, guc::DRY_RUN.get());
         let mut sent = false;
+        // (a pass derives for at most naptime: what it left is derived by the next, at once)
+        let more_to_derive;
         if enabled {
             registry::set_state(db, State::Sending);
             BackgroundWorker::transaction(crate::send::end_pauses_over);
-            sent = !run_pass(Session::Worker { sender }).is_empty();
+            let (results, more) = run_pass(Session::Worker { sender });
+            sent = !results.is_empty();
+            more_to_derive = more;
         } else {
             // Sending is paused; queueing goes on: what the capture triggers recorded is derived.
-            derive_change_sets(Session::Worker { sender });
+            more_to_derive = derive_change_sets(Session::Worker { sender });
+        }
+        if more_to_derive {
+            report_statistics(true);
+            // (no sleep; a stop or the postmaster's death is still seen)
+            if !BackgroundWorker::wait_latch(Some(Duration::ZERO)) || told_to_stop() {
+                break;
+            }
+            continue;
         }
         let (sleep, idle) = BackgroundWorker::transaction(|| {
             (

@@ -764,3 +764,61 @@ fn readers_do_not_wait_for_a_transaction_left_open() {
         ]
     );
 }
+
+/// A watch that cannot read its related table for a while (its maker lost the privilege) owes one
+/// derivation of its whole table, however many transactions leave it one; the privilege given
+/// back, the worker derives what was written meanwhile.
+#[test]
+fn a_broken_watch_owes_one_derivation_however_many_writes_leave_it_one() {
+    let cluster = Cluster::start(Options {
+        preload: true,
+        conf: vec![
+            "indexnow.enabled = off".into(),
+            "indexnow.naptime = '200ms'".into(),
+        ],
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE ROLE lender; GRANT USAGE, CREATE ON SCHEMA public TO lender; \
+         SELECT indexnow_grant_watching('lender'); \
+         CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NULL); \
+         CREATE TABLE shelved (id int PRIMARY KEY, shelf int REFERENCES shelves, slug text NOT NULL); \
+         ALTER TABLE shelved OWNER TO lender; GRANT SELECT, TRIGGER ON shelves TO lender; \
+         INSERT INTO shelves VALUES (1, 'x'); INSERT INTO shelved VALUES (1, 1, 'p'); \
+         SET ROLE lender; \
+         SELECT indexnow_watch('shelved', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
+           related => '{shelves}'); \
+         RESET ROLE; \
+         UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           last_pushed_at = now() WHERE request_seq > settled_seq; \
+         REVOKE SELECT ON shelves FROM lender;",
+    )
+    .unwrap();
+    db.batch_execute("UPDATE shelves SET slug = 'y'").unwrap();
+    // Each ALTER of the related table, in a transaction of its own, leaves the watch a
+    // derivation of the whole table.
+    for _ in 0..5 {
+        db.batch_execute("ALTER TABLE shelves ALTER slug SET STATISTICS 100")
+            .unwrap();
+    }
+    let owed = "SELECT count(*) FROM indexnow_changes";
+    wait_until("one derivation is owed", SECONDS(30), || {
+        count(&mut db, owed) == 1
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1_000)); // several passes
+    assert_eq!(count(&mut db, owed), 1);
+    assert!(queued(&mut db).is_empty(), "{:?}", queued(&mut db));
+    db.batch_execute("GRANT SELECT ON shelves TO lender")
+        .unwrap();
+    wait_until("the change is derived", SECONDS(30), || {
+        count(&mut db, owed) == 0
+    });
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/x/p moved",
+            "https://www.example.com/y/p created"
+        ]
+    );
+}

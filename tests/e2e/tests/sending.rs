@@ -1562,3 +1562,60 @@ fn a_prepared_transaction_does_not_stop_the_worker() {
             && count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
     });
 }
+
+#[test]
+fn a_steady_stream_of_saves_does_not_keep_the_worker_from_sending() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let receiver = receiver();
+    // Every save recorded as a change set, and derived by the worker more slowly than the saves
+    // come (10 ms a row, in the worker only): there are always change sets waiting.
+    let cluster = cluster(&receiver, &["indexnow.derive_at_write = 0"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE FUNCTION slow_in_worker() RETURNS bool LANGUAGE sql VOLATILE AS $$ \
+           SELECT true FROM (SELECT pg_sleep(CASE WHEN backend_type = 'indexnow worker' \
+                                                  THEN 0.01 ELSE 0 END) \
+                               FROM pg_stat_activity WHERE pid = pg_backend_pid()) s $$; \
+         CREATE TABLE items (id int PRIMARY KEY, body text); \
+         INSERT INTO items SELECT g, 'b' FROM generate_series(1, 400) g; \
+         SELECT indexnow_watch('items', url => 'https://{HOST}/i/{{id}}', \
+                               visible => 'slow_in_worker()');"
+    ))
+    .unwrap();
+    let saving = Arc::new(AtomicBool::new(true));
+    let savers: Vec<_> = (0..4)
+        .map(|n| {
+            let mut saver = cluster.connect("site");
+            let saving = saving.clone();
+            std::thread::spawn(move || {
+                let mut id = n;
+                while saving.load(Ordering::Relaxed) {
+                    saver
+                        .execute(
+                            "UPDATE items SET body = md5(random()::text) WHERE id = $1",
+                            &[&(id % 400 + 1)],
+                        )
+                        .unwrap();
+                    id += 4;
+                }
+            })
+        })
+        .collect();
+    // The saves go on for as long as it takes (20 s at most): something must be sent meanwhile.
+    let started = Instant::now();
+    while receiver.received().is_empty() && started.elapsed() < SECONDS(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent_while_saving = !receiver.received().is_empty();
+    saving.store(false, Ordering::Relaxed);
+    for saver in savers {
+        saver.join().unwrap();
+    }
+    assert!(
+        sent_while_saving,
+        "nothing sent in {:?} of steady saves: the worker derived and never sent",
+        started.elapsed()
+    );
+}
