@@ -85,19 +85,21 @@ pub fn version_mismatch() -> Option<String> {
         })
 }
 
+/// Whether this transaction can write: not on a hot standby, not read-only.
+pub fn writable() -> bool {
+    // SAFETY: plain reads of this backend's transaction state.
+    unsafe { !pgrx::pg_sys::XactReadOnly && !pgrx::pg_sys::RecoveryInProgress() }
+}
+
 /// Refuses `function` (a function that writes) on a hot standby or in a read-only transaction,
 /// with a message saying so: without it, the first write inside fails with an internal error
 /// ("cannot assign TransactionIds during recovery").
 pub fn require_writable(function: &str) {
-    let (standby, read_only) = unsafe {
-        (
-            pgrx::pg_sys::RecoveryInProgress(),
-            pgrx::pg_sys::XactReadOnly,
-        )
-    };
-    if !standby && !read_only {
+    if writable() {
         return;
     }
+    // SAFETY: reads shared state.
+    let standby = unsafe { pgrx::pg_sys::RecoveryInProgress() };
     let (why, hint) = if standby {
         (
             "this server is a hot standby",

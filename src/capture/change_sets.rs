@@ -66,31 +66,31 @@ pub fn record_keys(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, keys:
 /// partition attached or detached), once per transaction: a TRUNCATE of a partitioned table fires
 /// the triggers of the table and of every partition, and one change set covers them all.
 pub fn record_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>) {
+    let this_transaction = format!(
+        "AND {ext}.{}(c.xmin::text::bigint)",
+        crate::extension::written_by_this_transaction()
+    );
+    insert_whole_table(ext, tbl, watches, &this_transaction);
+}
+
+/// Records that `watch` of `tbl` owes a derivation of the whole table (it could not derive the
+/// changes recorded for it), unless one is owed already, by any transaction.
+pub fn owe_whole_table(ext: &str, tbl: pg_sys::Oid, watch: i32) {
+    insert_whole_table(ext, tbl, Some(vec![watch]), "");
+}
+
+/// A whole-table change set of `tbl` for `watches`, unless there is one already (`and_also`: of
+/// which transaction).
+fn insert_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, and_also: &str) {
     let sql = format!(
         "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
          SELECT $1, $2, NULL WHERE NOT EXISTS ( \
            SELECT FROM {ext}.indexnow_changes c \
             WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches IS NOT DISTINCT FROM $2 \
-              AND {ext}.{}(c.xmin::text::bigint))",
-        crate::extension::written_by_this_transaction()
+              {and_also})"
     );
     Spi::connect_mut(|client| {
         plan_cache::write(client, &sql, &[tbl.into(), watches.into()]).map(|_| ())
-    })
-    .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
-}
-
-/// Records that `watch` of `tbl` owes a derivation of the whole table (it could not derive the
-/// changes recorded for it), unless one is owed already.
-pub fn owe_whole_table(ext: &str, tbl: pg_sys::Oid, watch: i32) {
-    let sql = format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         SELECT $1, ARRAY[$2], NULL WHERE NOT EXISTS ( \
-           SELECT FROM {ext}.indexnow_changes c \
-            WHERE c.tbl = $1 AND c.keys IS NULL AND c.watches = ARRAY[$2])"
-    );
-    Spi::connect_mut(|client| {
-        plan_cache::write(client, &sql, &[tbl.into(), watch.into()]).map(|_| ())
     })
     .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
 }

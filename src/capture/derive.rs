@@ -433,7 +433,9 @@ fn derive_with(
             } else {
                 // The changes are kept, tried again by every pass of a worker: said once a
                 // session.
-                if !matches!(deriver, Deriver::ChangeSet(_)) || first_warning(watch.id, &warning) {
+                let said_before =
+                    matches!(deriver, Deriver::ChangeSet(_)) && !first_warning(watch.id, &warning);
+                if !said_before {
                     warn_kept(warning);
                 }
                 return Err(Unfinished {
@@ -737,12 +739,9 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
 /// taken earlier would make the queue upserts fail against a sender's updates, as a writer's
 /// would). Elsewhere a reader reports what the workers derived.
 fn may_derive_here() -> bool {
-    // SAFETY: plain reads of this backend's transaction state.
-    unsafe {
-        !pg_sys::XactReadOnly
-            && !pg_sys::RecoveryInProgress()
-            && pg_sys::XactIsoLevel == pg_sys::XACT_READ_COMMITTED as i32
-    }
+    // SAFETY: a plain read of this backend's transaction state.
+    crate::extension::writable()
+        && unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32
 }
 
 /// Derives every change set there is, in the calling transaction (a reader). Returns how many.
