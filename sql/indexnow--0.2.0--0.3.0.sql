@@ -101,6 +101,26 @@ BEGIN
     END LOOP;
 END
 $$;
+-- (and a NULL role is refused by name)
+CREATE OR REPLACE FUNCTION @extschema@._indexnow_watching_privilege(role regrole, give boolean)
+RETURNS void
+LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
+AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION '%: the role must not be NULL',
+            CASE WHEN give THEN 'indexnow_grant_watching' ELSE 'indexnow_revoke_watching' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    EXECUTE pg_catalog.format(
+        '%s EXECUTE ON FUNCTION '
+        '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '
+        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) '
+        '%s %s',
+        CASE WHEN give THEN 'GRANT' ELSE 'REVOKE' END, CASE WHEN give THEN 'TO' ELSE 'FROM' END,
+        role);
+END
+$$;
 CREATE OR REPLACE FUNCTION @extschema@.indexnow_grant_watching(role regrole) RETURNS void
 LANGUAGE sql AS $$ SELECT @extschema@._indexnow_watching_privilege(role, true) $$;
 CREATE OR REPLACE FUNCTION @extschema@.indexnow_revoke_watching(role regrole) RETURNS void

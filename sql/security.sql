@@ -15,6 +15,11 @@ CREATE FUNCTION _indexnow_watching_privilege(role regrole, give boolean) RETURNS
 LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
 AS $$
 BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION '%: the role must not be NULL',
+            CASE WHEN give THEN 'indexnow_grant_watching' ELSE 'indexnow_revoke_watching' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     EXECUTE pg_catalog.format(
         '%s EXECUTE ON FUNCTION '
         '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]), '

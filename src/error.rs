@@ -12,6 +12,25 @@ pub fn invalid_parameter(message: impl Into<String>) -> ! {
     );
 }
 
+/// The value of `function`'s argument `argument`, or `ERROR: <function>: <argument> must not be
+/// NULL` with SQLSTATE 22004 (null_value_not_allowed): the functions that take optional arguments
+/// cannot be STRICT, and a NULL where a value is needed would otherwise stop with a message
+/// naming neither.
+pub fn required<T>(function: &str, argument: &str, value: Option<T>) -> T {
+    match value {
+        Some(value) => value,
+        None => null_value(format!("{function}: {argument} must not be NULL")),
+    }
+}
+
+fn null_value(message: String) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        message
+    );
+}
+
 /// How a value a user gave is quoted in a message: at most its first 200 characters, so that one
 /// call with a 10 MB value does not write 10 MB into the server log.
 pub fn shown(value: &str) -> String {

@@ -14,7 +14,7 @@
 //! promoted, it goes on sending. (`pg_upgrade` makes a new system identifier: after an upgrade,
 //! confirm once.)
 
-use crate::error::{invalid_parameter, shown};
+use crate::error::{invalid_parameter, required, shown};
 use crate::queue::due::{FAILED_SQL, KEY_FAILED_SQL};
 use pgrx::prelude::*;
 
@@ -71,7 +71,13 @@ pub fn held_sql(name: &str, sending_on: &str) -> String {
 /// because of the old one (`KEY_FAILED_SQL`): they were failed "until requested again", and a
 /// key rotation is what asks for them again.
 #[pg_extern(volatile, parallel_unsafe)]
-fn indexnow_add_host(host: &str, key: &str, key_location: default!(Option<&str>, "NULL")) {
+fn indexnow_add_host(
+    host: Option<&str>,
+    key: Option<&str>,
+    key_location: default!(Option<&str>, "NULL"),
+) {
+    let host = required("indexnow_add_host", "the host", host);
+    let key = required("indexnow_add_host", "the key", key);
     crate::extension::require_writable("indexnow_add_host");
     // It writes the key's state, a column of this release's table.
     crate::extension::require_current_version();
@@ -146,7 +152,8 @@ fn request_key_failures_again(host: &str) {
 
 /// Sets (or, with NULL, removes) the key location of a host already added.
 #[pg_extern(volatile, parallel_unsafe)]
-fn indexnow_set_key_location(host: &str, key_location: Option<&str>) {
+fn indexnow_set_key_location(host: Option<&str>, key_location: Option<&str>) {
+    let host = required("indexnow_set_key_location", "the host", host);
     crate::extension::require_writable("indexnow_set_key_location");
     let host = normal_host(host);
     let key_location = key_location.map(|loc| checked_key_location(&host, loc));

@@ -837,3 +837,18 @@ fn the_writing_functions_refuse_a_read_only_transaction_by_name() {
     // Readers still answer.
     assert!(text("SELECT worker FROM indexnow_status()").is_some());
 }
+
+#[pg_test]
+fn a_null_where_a_value_is_needed_is_refused_by_name() {
+    let cases = [
+        ("SELECT indexnow_watch(NULL, url => 'https://www.example.com/{slug}')", "indexnow_watch: the table must not be NULL"),
+        ("SELECT indexnow_watch('pg_class', url => 'https://www.example.com/{relname}', hidden_reason => NULL)", "indexnow_watch: hidden_reason must not be NULL"),
+        ("SELECT indexnow_unwatch(NULL)", "indexnow_unwatch: the table must not be NULL"),
+        ("SELECT indexnow_add_host(NULL, 'k0123456')", "indexnow_add_host: the host must not be NULL"),
+        ("SELECT indexnow_add_host('www.example.com', NULL)", "indexnow_add_host: the key must not be NULL"),
+        ("SELECT indexnow_set_key_location(NULL, NULL)", "indexnow_set_key_location: the host must not be NULL"),
+        ("SELECT indexnow_grant_watching(NULL)", "indexnow_grant_watching: the role must not be NULL"),
+        ("SELECT indexnow_revoke_watching(NULL)", "indexnow_revoke_watching: the role must not be NULL"),
+    ];
+    assert_refused(&cases, Some("22004"));
+}

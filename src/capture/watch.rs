@@ -30,7 +30,7 @@ use super::derive::{self, Rows};
 use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
 use super::template;
 use super::{owner, related, triggers};
-use crate::error::{invalid_parameter, shown};
+use crate::error::{invalid_parameter, required, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use crate::quote::quote_ident;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -274,15 +274,17 @@ fn current_role_name() -> String {
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
 fn indexnow_watch(
-    tbl: PgRelation,
+    tbl: Option<PgRelation>,
     url: default!(Option<&str>, "NULL"),
     visible: default!(Option<&str>, "NULL"),
     ignore: default!(Option<Vec<String>>, "'{created_at,updated_at}'"),
     publish_at: default!(Option<&str>, "NULL"),
-    hidden_reason: default!(&str, "'unpublished'"),
+    hidden_reason: default!(Option<&str>, "'unpublished'"),
     url_sql: default!(Option<&str>, "NULL"),
     related: default!(Option<Vec<String>>, "NULL"),
 ) {
+    let tbl = required("indexnow_watch", "the table", tbl);
+    let hidden_reason = required("indexnow_watch", "hidden_reason", hidden_reason);
     crate::extension::require_writable("indexnow_watch");
     owner::refuse_in_restricted_operation("indexnow_watch");
     // The statements it generates call this release's internal functions, by their names.
@@ -831,9 +833,8 @@ fn record_baseline(ext: &str, watch: derive::Watch, all: String, keys: String, l
 /// or for every pattern when `url` is NULL. The triggers go with the table's last watch. Queued
 /// URLs stay queued; the URLs the watch gave stay known (see the module's comment).
 #[pg_extern(volatile, parallel_unsafe)]
-fn indexnow_unwatch(tbl: PgRelation, url: default!(Option<&str>, "NULL")) {
-    let oid = tbl.oid();
-    drop(tbl);
+fn indexnow_unwatch(tbl: Option<PgRelation>, url: default!(Option<&str>, "NULL")) {
+    let oid = required("indexnow_unwatch", "the table", tbl).oid();
     crate::extension::require_writable("indexnow_unwatch");
     owner::refuse_in_restricted_operation("indexnow_unwatch");
     let ext = crate::extension::schema();
