@@ -2033,6 +2033,11 @@ fn changes_made_while_a_watch_cannot_read_are_derived_once_it_can() {
     run("INSERT INTO shelved VALUES (2, 1, 'r')");
     assert_eq!(pending(), "");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    // Monitoring sees that changes wait (the same in every row).
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_status() WHERE oldest_change_age IS NOT NULL"),
+        count("SELECT count(*) FROM indexnow_status()")
+    );
     run("GRANT SELECT ON shelves TO indexnow_test_lender");
     assert_eq!(
         pending(),
@@ -2041,6 +2046,10 @@ fn changes_made_while_a_watch_cannot_read_are_derived_once_it_can() {
          https://www.example.com/y/r created"
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_status() WHERE oldest_change_age IS NOT NULL"),
+        0
+    );
 }
 
 #[pg_test]

@@ -2,8 +2,9 @@
 //! this database is doing. With no host and nothing queued it returns one row whose `host` is
 //! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by,
 //! and says why a host sends nothing (`held`), when its next URL can go out, how long the URL due
-//! the longest has waited (what an alert watches), whether sending is a dry run, and what the
-//! endpoint's answers revealed of the host's key.
+//! the longest has waited (what an alert watches), whether sending is a dry run, what the
+//! endpoint's answers revealed of the host's key, and how long the oldest change not derived yet
+//! has waited.
 
 use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
@@ -29,6 +30,7 @@ struct HostStatus {
     key_state: Option<String>,
     key_state_at: Option<TimestampWithTimeZone>,
     key_state_note: Option<String>,
+    oldest_change_age: Option<Interval>,
 }
 
 type StatusRow = (
@@ -49,6 +51,7 @@ type StatusRow = (
     Option<String>,
     Option<TimestampWithTimeZone>,
     Option<String>,
+    Option<Interval>,
 );
 
 impl HostStatus {
@@ -72,6 +75,7 @@ impl HostStatus {
             self.key_state,
             self.key_state_at,
             self.key_state_note,
+            self.oldest_change_age,
         )
     }
 }
@@ -98,6 +102,7 @@ fn indexnow_status() -> TableIterator<
         name!(key_state, Option<String>),
         name!(key_state_at, Option<TimestampWithTimeZone>),
         name!(key_state_note, Option<String>),
+        name!(oldest_change_age, Option<Interval>),
     ),
 > {
     // The result's columns are those of this library's release: refused on a database whose
@@ -110,6 +115,9 @@ fn indexnow_status() -> TableIterator<
     if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::change_sets::waiting(&ext) {
         crate::capture::derive::derive_change_sets_for_reader(&ext);
     }
+    // What is left now waits for a watch that cannot derive, or for a transaction holding what its
+    // derivation would write: the same for every host, as `worker` is.
+    let oldest_change_age = crate::capture::change_sets::oldest_age(&ext);
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
@@ -163,6 +171,7 @@ fn indexnow_status() -> TableIterator<
                     key_state: r.get_by_name("key_state")?,
                     key_state_at: r.get_by_name("key_state_at")?,
                     key_state_note: r.get_by_name("key_state_note")?,
+                    oldest_change_age,
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -173,6 +182,7 @@ fn indexnow_status() -> TableIterator<
         vec![HostStatus {
             worker,
             dry_run,
+            oldest_change_age,
             ..Default::default()
         }]
     } else {

@@ -160,6 +160,20 @@ pub fn waiting(ext: &str) -> bool {
     .unwrap_or(false)
 }
 
+/// How long the oldest change set has waited to be derived, from the transaction's start (what
+/// `indexnow_status()` calls now); None when none waits.
+pub fn oldest_age(ext: &str) -> Option<Interval> {
+    plan_cache::get_one::<Interval>(
+        &format!(
+            "SELECT greatest(now() - o, interval '0') \
+               FROM (SELECT min(recorded_at) FROM {ext}.indexnow_changes) oldest(o) \
+              WHERE o IS NOT NULL"
+        ),
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading the change sets' age failed: {e}"))
+}
+
 /// Whether a sender that finds a change set locked by another waits for it or skips it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {

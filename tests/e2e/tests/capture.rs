@@ -809,6 +809,14 @@ fn a_broken_watch_owes_one_derivation_however_many_writes_leave_it_one() {
     std::thread::sleep(std::time::Duration::from_millis(1_000)); // several passes
     assert_eq!(count(&mut db, owed), 1);
     assert!(queued(&mut db).is_empty(), "{:?}", queued(&mut db));
+    // Monitoring sees the change waiting, since the first write that left it.
+    let waited = "SELECT coalesce(max(extract(epoch FROM oldest_change_age) * 1000), -1)::bigint \
+                    FROM indexnow_status()";
+    assert!(
+        count(&mut db, waited) >= 1_000,
+        "{}",
+        count(&mut db, waited)
+    );
     db.batch_execute("GRANT SELECT ON shelves TO lender")
         .unwrap();
     wait_until("the change is derived", SECONDS(30), || {
@@ -821,4 +829,5 @@ fn a_broken_watch_owes_one_derivation_however_many_writes_leave_it_one() {
             "https://www.example.com/y/p created"
         ]
     );
+    assert_eq!(count(&mut db, waited), -1);
 }
