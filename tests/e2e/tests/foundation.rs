@@ -154,3 +154,125 @@ fn create_extension_refuses_a_database_not_in_utf8() {
     // A UTF8 database of the same cluster takes it.
     cluster.create_db_with_extension("site");
 }
+
+/// The monitoring queries of docs/operations.md, as written there: the exporter's queries run as
+/// the monitoring role given the grants the guide lists, and every metric they declare is a
+/// column they return; the SQL checks run too, and on a healthy site none of them reports.
+#[test]
+fn the_operations_guide_monitoring_queries_run_as_written() {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .unwrap();
+    let section = |title: &str| {
+        let start = guide.find(title).unwrap_or_else(|| panic!("no {title:?}"));
+        let rest = &guide[start + title.len()..];
+        let end = ["\n## ", "\n### "]
+            .iter()
+            .filter_map(|heading| rest.find(heading))
+            .min()
+            .unwrap_or(rest.len());
+        rest[..end].to_string()
+    };
+    let blocks = |text: &str, lang: &str| -> Vec<String> {
+        let fence = format!("```{lang}\n");
+        text.split(&fence)
+            .skip(1)
+            .map(|b| b[..b.find("```").unwrap()].to_string())
+            .collect()
+    };
+    let exporter = section("### Prometheus: postgres_exporter custom queries");
+    let grants = blocks(&exporter, "sql").concat();
+    let yaml = blocks(&exporter, "yaml").concat();
+    // Each query: the indented lines after `query: |`, and the metric names after `metrics:`.
+    let mut queries: Vec<(String, Vec<String>)> = vec![];
+    let mut names: Vec<String> = vec![];
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        if let Some(name) = line.strip_suffix(':').filter(|_| !line.starts_with(' ')) {
+            names.push(name.to_string());
+        } else if line.trim() == "query: |" {
+            let mut sql = String::new();
+            while let Some(l) = lines.next_if(|l| l.starts_with("    ")) {
+                sql.push_str(l);
+                sql.push('\n');
+            }
+            queries.push((sql, vec![]));
+        } else if let Some(name) = line
+            .strip_prefix("    - ")
+            .and_then(|m| m.strip_suffix(':'))
+        {
+            queries.last_mut().unwrap().1.push(name.to_string());
+        }
+    }
+    assert!(queries.len() >= 6, "{} queries", queries.len());
+    assert_eq!(names.len(), queries.len(), "{names:?}");
+    // The alert rules name metrics the exporter makes: `<query name>_<column>`.
+    let exported: Vec<String> = names
+        .iter()
+        .zip(&queries)
+        .flat_map(|(name, (_, metrics))| metrics.iter().map(move |m| format!("{name}_{m}")))
+        .collect();
+    let rules = section("### Alert rules (Prometheus)");
+    let mut named = 0;
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("pg_indexnow_") {
+            named += 1;
+            assert!(
+                exported.contains(&word.to_string()),
+                "{word} is not exported: {exported:?}"
+            );
+        }
+    }
+    assert!(named >= 8, "{named} metrics named by the alert rules");
+    let checks = blocks(&section("### The same checks in SQL"), "sql").concat();
+    let checks: Vec<&str> = checks
+        .split(';')
+        .map(str::trim)
+        .filter(|s| s.lines().any(|l| !l.trim_start().starts_with("--")))
+        .collect();
+    assert!(checks.len() >= 6, "{} checks", checks.len());
+
+    let cluster = Cluster::start(Options {
+        preload: true,
+        conf: vec!["indexnow.naptime = '200ms'".into()],
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "CREATE ROLE monitoring LOGIN; {grants}; \
+         SELECT indexnow_add_host('www.example.com', 'k0123456789');"
+    ))
+    .unwrap();
+    indexnow_e2e::wait_until(
+        "the worker runs",
+        std::time::Duration::from_secs(30),
+        || indexnow_e2e::worker_state(&mut db).starts_with("running"),
+    );
+    let mut monitoring = cluster.connect_as("site", "monitoring");
+    for (sql, metrics) in &queries {
+        let statement = monitoring
+            .prepare(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let columns: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+        for metric in metrics {
+            assert!(
+                columns.contains(&metric.as_str()),
+                "{metric} not in {columns:?} of {sql}"
+            );
+        }
+        monitoring
+            .query(&statement, &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    for check in checks {
+        let rows = monitoring
+            .query(check, &[])
+            .unwrap_or_else(|e| panic!("{check}: {e}"));
+        assert!(
+            rows.is_empty(),
+            "{check}: {} rows on a healthy site",
+            rows.len()
+        );
+    }
+}
