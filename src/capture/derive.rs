@@ -429,7 +429,7 @@ fn derive_with(
                 watch.table, watch.pattern
             );
             if matches!(deriver, Deriver::AfterCommit) {
-                warn(watch, warning);
+                warn_broken(watch, warning);
             } else {
                 // The changes are kept, tried again by every pass of a worker: said once a
                 // session.
@@ -532,6 +532,20 @@ fn warn(watch: &Watch, message: String) {
         .set_hint(format!(
             "Only these rows were skipped; a write that caused this succeeded. Fix the watch with \
              indexnow_watch() (which catches up by itself), or the rows, then run \
+             indexnow_reconcile('{}').",
+            watch.table.replace('\'', "''")
+        ))
+        .report(PgLogLevel::WARNING);
+}
+
+/// A watch that fails for every row, met by `indexnow_watch()`, `indexnow_reconcile()` or a re-read
+/// at send time: nothing was derived.
+fn warn_broken(watch: &Watch, message: String) {
+    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, message, "indexnow")
+        .set_hint(format!(
+            "Nothing was derived: the watch fails for every row. Make it again with \
+             indexnow_watch() if a column it names is gone, or give back what its maker lost \
+             (a privilege; row-level security applying to the maker), then run \
              indexnow_reconcile('{}').",
             watch.table.replace('\'', "''")
         ))

@@ -817,6 +817,10 @@ fn a_broken_watch_owes_one_derivation_however_many_writes_leave_it_one() {
         "{}",
         count(&mut db, waited)
     );
+    // A reconcile meanwhile derives nothing, and says so (not that some rows were skipped).
+    let said = cluster.psql("site", "SELECT * FROM indexnow_reconcile('shelved')");
+    assert!(said.contains("could not derive its URLs"), "{said}");
+    assert!(said.contains("HINT:  Nothing was derived"), "{said}");
     db.batch_execute("GRANT SELECT ON shelves TO lender")
         .unwrap();
     wait_until("the change is derived", SECONDS(30), || {
