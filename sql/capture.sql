@@ -65,7 +65,7 @@ $$;
 -- watched or related table (src/capture/watch.rs). Never fails the DDL it follows: a problem is a
 -- WARNING.
 CREATE FUNCTION _indexnow_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
@@ -94,7 +94,7 @@ CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
 -- queued and its watches end, or the watches that read it are told. Never fails the DROP. Not
 -- while the extension itself is being dropped (its tables are gone then).
 CREATE FUNCTION _indexnow_on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     d record;

@@ -59,6 +59,26 @@ ALTER FUNCTION @extschema@.indexnow_watching_privilege(regrole, boolean)
     RENAME TO _indexnow_watching_privilege;
 ALTER FUNCTION @extschema@.indexnow_on_ddl() RENAME TO _indexnow_on_ddl;
 
+-- The functions that run the extension's own statements resolve names in pg_catalog only (and
+-- pg_temp), not in the extension's schema: that schema (public, often) may be open to others,
+-- whose function with a closer argument type (format(text, name, name), unnest(text[])) would be
+-- chosen over the built-in one and run with the extension's rights. The library names the
+-- extension's objects with their schema (src/extension.rs, OWN_SEARCH_PATH).
+ALTER FUNCTION @extschema@.indexnow_add_host(text, text, text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_set_key_location(text, text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_disable_host(text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_enable_host(text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_confirm_copy() SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_queue(text, text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_unwatch(regclass, text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_reconcile(regclass) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@._indexnow_table_changed(oid, text) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_derive(bigint) SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@._indexnow_capture() SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@.indexnow_push_now() SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION @extschema@._indexnow_watching_privilege(regrole, boolean)
+    SET search_path = pg_catalog, pg_temp;
+
 -- A schema renamed under a watched or related table makes its watches again, as an ALTER TABLE
 -- does (src/capture/watch.rs): their statements name the schema.
 CREATE FUNCTION @extschema@."_indexnow_schema_renamed"(
@@ -81,7 +101,7 @@ CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
 
 -- The bodies that call them by name (as sql/capture.sql and sql/security.sql have them).
 CREATE OR REPLACE FUNCTION @extschema@._indexnow_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     c record;
@@ -104,7 +124,7 @@ $$;
 -- (and a NULL role is refused by name)
 CREATE OR REPLACE FUNCTION @extschema@._indexnow_watching_privilege(role regrole, give boolean)
 RETURNS void
-LANGUAGE plpgsql SET search_path = @extschema@, pg_temp
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF role IS NULL THEN
@@ -159,14 +179,14 @@ CREATE FUNCTION @extschema@."_indexnow_table_dropped"(
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', 'indexnow_table_dropped_wrapper';
 REVOKE ALL ON FUNCTION @extschema@._indexnow_table_dropped(oid, text) FROM PUBLIC;
-ALTER FUNCTION @extschema@._indexnow_table_dropped(oid, text) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION @extschema@._indexnow_table_dropped(oid, text) SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION @extschema@._indexnow_schema_renamed(oid) FROM PUBLIC;
-ALTER FUNCTION @extschema@._indexnow_schema_renamed(oid) SET search_path = @extschema@, pg_temp;
+ALTER FUNCTION @extschema@._indexnow_schema_renamed(oid) SET search_path = pg_catalog, pg_temp;
 -- A watched or related table dropped (src/capture/dropped.rs): the removals of its pages are
 -- queued and its watches end, or the watches that read it are told. Never fails the DROP. Not
 -- while the extension itself is being dropped (its tables are gone then).
 CREATE FUNCTION @extschema@._indexnow_on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = @extschema@, pg_temp
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     d record;
@@ -363,7 +383,7 @@ BEGIN
     AS 'MODULE_PATHNAME', 'indexnow_status_wrapper';
     REVOKE ALL ON FUNCTION @extschema@.indexnow_status() FROM PUBLIC;
     ALTER FUNCTION @extschema@.indexnow_status() SECURITY DEFINER
-        SET search_path = @extschema@, pg_temp SET max_parallel_workers_per_gather = 0 SET jit = off;
+        SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 SET jit = off;
 
     SELECT i.initprivs INTO initial FROM pg_catalog.pg_init_privs i
      WHERE i.objoid = '@extschema@.indexnow_status()'::pg_catalog.regprocedure

@@ -46,10 +46,26 @@ pub fn owner() -> pg_sys::Oid {
     .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"))
 }
 
-/// The search_path the extension's own statements run under when they run as its owner:
-/// `pg_catalog` first, so no object of anyone's shadows a built-in.
-pub fn own_search_path(ext: &str) -> String {
-    format!("pg_catalog, {ext}, pg_temp")
+/// The search_path the extension's own statements run under (its workers, its pinned functions,
+/// what it does as its owner): `pg_catalog` and `pg_temp` only, so that nothing anyone else can
+/// create is a candidate when a name is resolved. The extension's schema is not in it: that
+/// schema (`public`, often) may be open to others, and a function of theirs there with a closer
+/// argument type (`format(text, name, name)`, `unnest(text[])`) would be chosen over the built-in
+/// one, and run with the extension's rights. So every statement names the extension's objects
+/// with their schema: as `@extschema@.name`, as in the SQL files (filled in by [`qualified`]), or
+/// as `{ext}.name` in a statement built with the schema at hand.
+pub const OWN_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
+/// How a statement names the extension's schema (see [`OWN_SEARCH_PATH`]).
+const EXTSCHEMA: &str = "@extschema@";
+
+/// `sql` with `@extschema@` replaced by the extension's schema, quoted.
+pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
+    if sql.contains(EXTSCHEMA) {
+        sql.replace(EXTSCHEMA, &schema()).into()
+    } else {
+        sql.into()
+    }
 }
 
 /// The version of this library (the `.so` file). The extension's SQL in a database is another

@@ -15,6 +15,7 @@
 //! confirm once.)
 
 use crate::error::{invalid_parameter, required, shown};
+use crate::extension::qualified;
 use crate::queue::due::{FAILED_SQL, KEY_FAILED_SQL};
 use pgrx::prelude::*;
 
@@ -90,7 +91,7 @@ fn indexnow_add_host(
     // call is the one compared.
     let previous: Option<String> = Spi::connect_mut(|client| {
         let old = client.update(
-            "SELECT key FROM indexnow_hosts WHERE host = $1 FOR UPDATE",
+            &*qualified("SELECT key FROM @extschema@.indexnow_hosts WHERE host = $1 FOR UPDATE"),
             Some(1),
             &[host.as_str().into()],
         )?;
@@ -101,7 +102,8 @@ fn indexnow_add_host(
     })
     .unwrap_or_else(|e| error!("indexnow: could not read host {host}: {e}"));
     Spi::run_with_args(
-        "INSERT INTO indexnow_hosts AS h (host, key, key_location, home_system, home_database) \
+        &*qualified(
+            "INSERT INTO @extschema@.indexnow_hosts AS h (host, key, key_location, home_system, home_database) \
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (host) DO UPDATE \
             SET key = excluded.key, \
@@ -110,6 +112,7 @@ fn indexnow_add_host(
                 key_state_at = CASE WHEN h.key = excluded.key THEN h.key_state_at \
                                     ELSE clock_timestamp() END, \
                 key_state_note = CASE WHEN h.key = excluded.key THEN h.key_state_note END",
+        ),
         &[
             host.as_str().into(),
             key.into(),
@@ -133,12 +136,12 @@ fn request_key_failures_again(host: &str) {
     let requested = Spi::connect_mut(|client| {
         client
             .update(
-                &format!(
-                    "UPDATE indexnow_urls SET request_seq = request_seq + 1, queued_at = now() \
+                &*qualified(&format!(
+                    "UPDATE @extschema@.indexnow_urls SET request_seq = request_seq + 1, queued_at = now() \
                       WHERE host = $1 \
                         AND (({FAILED_SQL} AND {KEY_FAILED_SQL}) \
                              OR claimed_until > clock_timestamp())"
-                ),
+                )),
                 None,
                 &[host.into()],
             )
@@ -159,7 +162,7 @@ fn indexnow_set_key_location(host: Option<&str>, key_location: Option<&str>) {
     let key_location = key_location.map(|loc| checked_key_location(&host, loc));
     update_host(
         &host,
-        "UPDATE indexnow_hosts SET key_location = $2 WHERE host = $1",
+        "UPDATE @extschema@.indexnow_hosts SET key_location = $2 WHERE host = $1",
         key_location.into(),
     );
 }
@@ -185,12 +188,12 @@ fn indexnow_confirm_copy() -> i64 {
     crate::extension::require_writable("indexnow_confirm_copy");
     let (system, database) = here();
     let taken = Spi::get_one_with_args::<i64>(
-        &format!(
-            "WITH taken AS (UPDATE indexnow_hosts h SET home_system = $1, home_database = $2 \
+        &*qualified(&format!(
+            "WITH taken AS (UPDATE @extschema@.indexnow_hosts h SET home_system = $1, home_database = $2 \
                              WHERE NOT {} RETURNING 1) \
              SELECT count(*) FROM taken",
             at_home_sql()
-        ),
+        )),
         &[system.into(), pg_sys::Oid::from(database).into()],
     )
     .unwrap_or_else(|e| error!("indexnow: could not confirm this copy: {e}"))
@@ -205,7 +208,7 @@ fn set_enabled(host: &str, enabled: bool) {
     let host = normal_host(host);
     update_host(
         &host,
-        "UPDATE indexnow_hosts SET enabled = $2 WHERE host = $1",
+        "UPDATE @extschema@.indexnow_hosts SET enabled = $2 WHERE host = $1",
         enabled.into(),
     );
     if enabled {
@@ -217,7 +220,11 @@ fn set_enabled(host: &str, enabled: bool) {
 fn update_host(host: &str, sql: &str, value: pgrx::datum::DatumWithOid<'_>) {
     let found = Spi::connect_mut(|client| {
         client
-            .update(&format!("{sql} RETURNING 1"), None, &[host.into(), value])
+            .update(
+                &*qualified(&format!("{sql} RETURNING 1")),
+                None,
+                &[host.into(), value],
+            )
             .map(|t| t.len())
     })
     .unwrap_or_else(|e| error!("indexnow: could not change host {host}: {e}"));

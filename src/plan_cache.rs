@@ -7,6 +7,10 @@
 //! the one it was planned under. Every statement kept here has a fixed text per backend (or a
 //! small set of texts), so the cache stays small.
 //!
+//! A statement may name the extension's own objects as `@extschema@.name`
+//! ([`crate::extension::qualified`]): the schema is filled in before it is planned, and the plan
+//! is kept by the text with the schema in it.
+//!
 //! A statement is run either as a read ([`read`], [`get_one`]) or as a write ([`write`]), and the
 //! difference matters: pgrx takes a transaction id for a write (`SpiClient::update`, and also
 //! `Spi::get_one`/`Spi::run`), so a read-only path (a worker's idle pass, `indexnow_status()`,
@@ -74,6 +78,7 @@ fn plan(
     args: &[DatumWithOid<'_>],
     writes: bool,
 ) -> SpiResult<Rc<OwnedPreparedStatement>> {
+    let sql = &*crate::extension::qualified(sql);
     if let Some(plan) = PLANS.with(|plans| plans.borrow().get(sql).cloned()) {
         return Ok(plan);
     }

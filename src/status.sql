@@ -10,11 +10,11 @@ WITH pending AS (
     SELECT host, count(*) AS pending,
            count(*) FILTER (WHERE {due} AND {claimable}) AS due_now,
            min({due_at}) FILTER (WHERE {undecided}) AS first_due_at
-      FROM indexnow_urls WHERE {pending} GROUP BY host),
+      FROM @extschema@.indexnow_urls WHERE {pending} GROUP BY host),
 failed AS (
-    SELECT host, count(*) AS failed FROM indexnow_urls WHERE {failed} GROUP BY host),
+    SELECT host, count(*) AS failed FROM @extschema@.indexnow_urls WHERE {failed} GROUP BY host),
 names AS (
-    SELECT host FROM indexnow_hosts UNION SELECT host FROM pending UNION SELECT host FROM failed),
+    SELECT host FROM @extschema@.indexnow_hosts UNION SELECT host FROM pending UNION SELECT host FROM failed),
 hosts AS (
     SELECT n.host, h.key IS NOT NULL AS has_key, coalesce(h.enabled, false) AS enabled,
            coalesce(p.pending, 0) AS pending, coalesce(p.due_now, 0) AS due_now,
@@ -23,7 +23,7 @@ hosts AS (
            {held} AS held,
            h.key_state, h.key_state_at, h.key_state_note
       FROM names n
-      LEFT JOIN indexnow_hosts h USING (host)
+      LEFT JOIN @extschema@.indexnow_hosts h USING (host)
       LEFT JOIN pending p USING (host)
       LEFT JOIN failed f USING (host))
 -- next_due_at: when a URL can really go out (its due time, or the end of a pause if later; none
@@ -35,6 +35,6 @@ SELECT s.host, s.has_key, s.enabled, s.pending, s.due_now, s.failed,
        CASE WHEN s.first_due_at <= $1 THEN $1 - s.first_due_at END AS oldest_due_age,
        s.key_state, s.key_state_at, s.key_state_note
   FROM hosts s
-  LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM indexnow_pushes x
+  LEFT JOIN LATERAL (SELECT x.pushed_at, x.status FROM @extschema@.indexnow_pushes x
                       WHERE x.host = s.host ORDER BY x.pushed_at DESC LIMIT 1) lp ON true
  ORDER BY s.host

@@ -86,12 +86,12 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     let ext = crate::extension::schema();
     if let Seen::Tree { foreign, .. } = &seen {
         // The one DDL refused: let through, it would fail every UPDATE and DELETE of the tree.
-        super::owner::as_extension_owner(&ext, || refuse_foreign_joining(&ext, foreign));
+        super::owner::as_extension_owner(|| refuse_foreign_joining(&ext, foreign));
     }
     // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
     // the watch could not follow).
     let done = crate::subtransaction::run(|| {
-        super::owner::as_extension_owner(&ext, || match &seen {
+        super::owner::as_extension_owner(|| match &seen {
             Seen::Renamed { tables, old, new } => {
                 for table in tables {
                     follow_rename(&ext, *table, old, new);

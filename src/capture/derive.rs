@@ -126,9 +126,9 @@ fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>)
 
 /// The output settings every derivation runs under, with `search_path` (the extension's own for
 /// the derivation statements, the watch's for its row query: `super::owner`).
-pub fn pinned_settings(search_path: &str) -> [(&'static str, String); 6] {
+pub fn pinned_settings() -> [(&'static str, String); 6] {
     [
-        ("search_path", search_path.to_string()),
+        ("search_path", crate::extension::OWN_SEARCH_PATH.to_string()),
         ("TimeZone", "UTC".into()),
         ("DateStyle", "ISO, YMD".into()),
         ("IntervalStyle", "postgres".into()),
@@ -363,7 +363,7 @@ fn derive_with(
     absent: Reason,
     deriver: Deriver,
 ) -> Result<(Derived, bool), Unfinished> {
-    let mut settings = pinned_settings(&crate::extension::own_search_path(&watch.ext)).to_vec();
+    let mut settings = pinned_settings().to_vec();
     match deriver {
         Deriver::AfterCommit => {}
         Deriver::ChangeSet(more) => settings.extend_from_slice(more),

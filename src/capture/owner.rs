@@ -172,8 +172,8 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
 
 /// Runs `f` as the extension's owner (its tables, its triggers), with the extension's own
 /// search_path, as a SECURITY DEFINER function of it would; then as the caller again.
-pub fn as_extension_owner<R>(ext: &str, f: impl FnOnce() -> R) -> R {
-    let settings = [("search_path", crate::extension::own_search_path(ext))];
+pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
+    let settings = [("search_path", crate::extension::OWN_SEARCH_PATH.to_string())];
     switched_to(crate::extension::owner(), false, || {
         super::derive::with_settings(&settings, f)
     })

@@ -174,7 +174,7 @@ pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
                    SELECT i.inhparent, up.depth + 1 FROM pg_catalog.pg_inherits i \
                      JOIN up ON i.inhrelid = up.oid) \
                  SELECT up.oid FROM up JOIN pg_catalog.pg_class c ON c.oid = up.oid \
-                  WHERE c.relkind IN ('r', 'p') GROUP BY up.oid ORDER BY min(up.depth), up.oid",
+                  WHERE c.relkind IN ('r', 'p') GROUP BY up.oid ORDER BY pg_catalog.min(up.depth), up.oid",
                 None,
                 &[table.into()],
             )?

@@ -55,7 +55,7 @@ pub fn plan(
     for name in related {
         let found: Option<(pg_sys::Oid, String, String)> = Spi::connect(|client| {
             let t = client.select(
-                "SELECT c.oid, format('%I.%I', n.nspname, c.relname), format('%s.%s', n.nspname, c.relname) \
+                "SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname), pg_catalog.format('%s.%s', n.nspname, c.relname) \
                    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                   WHERE c.oid = pg_catalog.to_regclass($1)",
                 None,
@@ -395,15 +395,15 @@ fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Er
         client
             .select(
                 "SELECT c.conrelid, c.confrelid, \
-                        ARRAY(SELECT a.attname::text FROM unnest(c.conkey) WITH ORDINALITY k(n, i) \
+                        ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(c.conkey) WITH ORDINALITY k(n, i) \
                                 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n \
                                ORDER BY k.i), \
-                        ARRAY(SELECT a.attname::text FROM unnest(c.confkey) WITH ORDINALITY k(n, i) \
+                        ARRAY(SELECT a.attname::text FROM pg_catalog.unnest(c.confkey) WITH ORDINALITY k(n, i) \
                                 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n \
                                ORDER BY k.i), \
-                        ARRAY(SELECT a.atttypid FROM unnest(c.conkey || c.confkey) WITH ORDINALITY k(n, i) \
+                        ARRAY(SELECT a.atttypid FROM pg_catalog.unnest(c.conkey OPERATOR(pg_catalog.||) c.confkey) WITH ORDINALITY k(n, i) \
                                 JOIN pg_catalog.pg_attribute a \
-                                  ON a.attrelid = CASE WHEN k.i <= cardinality(c.conkey) \
+                                  ON a.attrelid = CASE WHEN k.i <= pg_catalog.cardinality(c.conkey) \
                                                        THEN c.conrelid ELSE c.confrelid END \
                                  AND a.attnum = k.n) \
                    FROM pg_catalog.pg_constraint c \

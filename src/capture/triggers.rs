@@ -32,7 +32,7 @@ pub fn table_qualified(oid: pg_sys::Oid) -> String {
     spi(
         "naming a table",
         Spi::get_one_with_args::<String>(
-            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
+            "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c \
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
             &[oid.into()],
         ),

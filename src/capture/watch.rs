@@ -76,7 +76,7 @@ fn describe(oid: pg_sys::Oid) -> Table {
     let (qualified, label, columns) = Spi::connect(|client| {
         let row = client
             .select(
-                "SELECT format('%I.%I', n.nspname, c.relname), format('%s.%s', n.nspname, c.relname), \
+                "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), pg_catalog.format('%s.%s', n.nspname, c.relname), \
                         c.relkind::text, \
                         EXISTS (SELECT FROM pg_catalog.pg_depend d \
                                   JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid \
@@ -314,7 +314,7 @@ fn indexnow_watch(
         tables
     });
     // The extension's part, as its owner.
-    owner::as_extension_owner(&ext.clone(), || {
+    owner::as_extension_owner(|| {
         // What the table's writes recorded so far is derived under the watches they were made for.
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given);
@@ -840,7 +840,7 @@ fn indexnow_unwatch(tbl: Option<PgRelation>, url: default!(Option<&str>, "NULL")
     let ext = crate::extension::schema();
     let table = describe(oid);
     check_trigger_privilege(owner::caller(), oid, &table.label, "indexnow_unwatch");
-    owner::as_extension_owner(&ext.clone(), || unwatch(&ext, oid, &table, url));
+    owner::as_extension_owner(|| unwatch(&ext, oid, &table, url));
 }
 
 /// The extension's part of `indexnow_unwatch()`, as its owner.
@@ -853,7 +853,7 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
                 "WITH off AS (UPDATE {ext}.indexnow_watches SET active = false \
                                WHERE tbl = $1 AND active AND ($2::text IS NULL OR pattern = $2) \
                                RETURNING id) \
-                 SELECT count(*) FROM off"
+                 SELECT pg_catalog.count(*) FROM off"
             ),
             &[oid.into(), url.into()],
         ),
@@ -901,9 +901,7 @@ fn indexnow_reconcile(
         &describe(oid).label,
         "indexnow_reconcile",
     );
-    TableIterator::new(owner::as_extension_owner(&ext.clone(), || {
-        reconcile(&ext, oid)
-    }))
+    TableIterator::new(owner::as_extension_owner(|| reconcile(&ext, oid)))
 }
 
 /// The extension's part of `indexnow_reconcile()`, as its owner: per pattern, what it queued.

@@ -75,12 +75,12 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
         invalid_parameter(format!("indexnow: cannot queue {}: {e}", shown(url)))
     });
     let sql = format!(
-        "INSERT INTO indexnow_urls AS u \
+        "INSERT INTO @extschema@.indexnow_urls AS u \
            (url, url_hash, host, reason, changed_at, queued_at, available_at) \
          VALUES ($1, $2, $3, $4, now(), now(), now()) {ON_CONFLICT_SQL}"
     );
     Spi::run_with_args(
-        &sql,
+        &crate::extension::qualified(&sql),
         &[
             target.url.as_str().into(),
             url_hash(&target.url).into(),

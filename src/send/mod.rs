@@ -749,8 +749,11 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
     let ext = crate::extension::schema();
     // Our own lease would read as a push in flight (a removal owed): not while we re-read.
     let lease = |hashes: Vec<Vec<u8>>, until: Option<f64>| {
-        Spi::run_with_args(&sql::lease_again(), &[hashes.into(), until.into()])
-            .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
+        Spi::connect_mut(|client| {
+            plan_cache::write(client, &sql::lease_again(), &[hashes.into(), until.into()])
+                .map(|_| ())
+        })
+        .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
     };
     let worker = matches!(session, Session::Worker { .. });
     if worker {
@@ -813,8 +816,7 @@ fn still_as_claimed(
         .map(|u| (u.url_hash.clone(), u.request_seq))
         .unzip();
     Spi::connect(|client| {
-        client
-            .select(sql::STILL_AS_CLAIMED, None, &[hashes.into(), seqs.into()])?
+        plan_cache::read(client, sql::STILL_AS_CLAIMED, &[hashes.into(), seqs.into()])?
             .map(|r| Ok(r.get::<Vec<u8>>(1)?.unwrap_or_default()))
             .collect::<Result<_, pgrx::spi::Error>>()
     })
@@ -949,8 +951,10 @@ fn prune_due() -> bool {
 }
 
 fn prune(settings: &Settings) {
-    Spi::run_with_args(sql::PRUNE, &[settings.history_days.into()])
-        .unwrap_or_else(|e| error!("indexnow: could not prune indexnow_pushes: {e}"));
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, sql::PRUNE, &[settings.history_days.into()]).map(|_| ())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not prune indexnow_pushes: {e}"));
 }
 
 /// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. Rows

@@ -52,9 +52,9 @@ pub fn sendable_hosts() -> String {
     let claimable = claimable();
     let host_may_send = host_may_send();
     format!(
-        "SELECT h.host, h.key, h.key_location FROM indexnow_hosts h \
+        "SELECT h.host, h.key, h.key_location FROM @extschema@.indexnow_hosts h \
           WHERE {host_may_send} \
-            AND EXISTS (SELECT FROM indexnow_urls \
+            AND EXISTS (SELECT FROM @extschema@.indexnow_urls \
                          WHERE host = h.host AND {DUE_SQL} AND {claimable}) \
           ORDER BY h.host"
     )
@@ -75,7 +75,7 @@ fn host_may_send() -> String {
 /// host's — or NULL; `$1` is now.
 pub fn paused_until(host: &str) -> String {
     format!(
-        "(SELECT max(b.until) FROM indexnow_backoff b \
+        "(SELECT max(b.until) FROM @extschema@.indexnow_backoff b \
            WHERE b.scope IN ('*', {host}) AND b.until > $1)"
     )
 }
@@ -85,7 +85,7 @@ pub fn paused_until(host: &str) -> String {
 fn due_of_host(columns: &str, and: &str, lock: &str) -> String {
     let claimable = claimable();
     format!(
-        "SELECT {columns} FROM indexnow_urls \
+        "SELECT {columns} FROM @extschema@.indexnow_urls \
           WHERE host = $6 AND {DUE_SQL} AND {claimable} {and} \
           ORDER BY changed_at LIMIT $7 {lock}"
     )
@@ -105,7 +105,7 @@ const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, \
 /// answer.
 pub fn claim_with_lease() -> String {
     format!(
-        "UPDATE indexnow_urls SET claimed_until = $1 + make_interval(secs => $8), \
+        "UPDATE @extschema@.indexnow_urls SET claimed_until = $1 + make_interval(secs => $8), \
                 tried_at = CASE WHEN $5 THEN tried_at ELSE $1 END \
           WHERE ctid = ANY (ARRAY({})) RETURNING {CLAIMED_COLUMNS}",
         due_of_host("ctid", "", "FOR UPDATE SKIP LOCKED")
@@ -125,7 +125,7 @@ pub fn claim_with_lease() -> String {
 /// sets other transactions committed: those are sent (`own_requests` false).
 pub fn claim_by_reading(own_requests: bool) -> String {
     let and = if own_requests {
-        "AND NOT _indexnow_written_by_this_transaction(xmin::text::bigint)"
+        "AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint)"
     } else {
         ""
     };
@@ -191,7 +191,7 @@ pub fn settle(settle: Settle, locate: Locate) -> String {
         Locate::ByKey => "u.url_hash = ANY ($1)",
     };
     format!(
-        "UPDATE indexnow_urls u SET {set} \
+        "UPDATE @extschema@.indexnow_urls u SET {set} \
            FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) \
                 AS c(url_hash, changed_at, request_seq, reason) \
           WHERE {found} AND u.url_hash = c.url_hash \
@@ -201,7 +201,8 @@ pub fn settle(settle: Settle, locate: Locate) -> String {
 
 /// A pause ordered by the endpoint: `$1` scope (`*` or a host), `$2` seconds, `$3` status,
 /// `$4` note. The latest answer decides, so a shorter Retry-After shortens a pause.
-pub const PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status, note) \
+pub const PAUSE: &str =
+    "INSERT INTO @extschema@.indexnow_backoff AS b (scope, until, status, note) \
      VALUES ($1, clock_timestamp() + make_interval(secs => $2), $3, $4) \
      ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
                                        note = excluded.note";
@@ -209,7 +210,8 @@ pub const PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status
 /// A pause of all sending that the endpoint ordered through another database of the server
 /// (`crate::registry::pause_endpoint`), written here too: `$1` seconds left, `$2` status, `$3`
 /// note. It never shortens a pause of this database's own.
-pub const ADOPT_PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, status, note) \
+pub const ADOPT_PAUSE: &str =
+    "INSERT INTO @extschema@.indexnow_backoff AS b (scope, until, status, note) \
      VALUES ('*', clock_timestamp() + make_interval(secs => $1), $2, $3) \
      ON CONFLICT (scope) DO UPDATE SET until = excluded.until, status = excluded.status, \
                                        note = excluded.note \
@@ -217,21 +219,21 @@ pub const ADOPT_PAUSE: &str = "INSERT INTO indexnow_backoff AS b (scope, until, 
 
 /// Whether a pause ran out (and [`PAUSES_OVER`] has something to end).
 pub const ANY_PAUSE_OVER: &str =
-    "SELECT EXISTS (SELECT FROM indexnow_backoff WHERE until <= clock_timestamp())";
+    "SELECT EXISTS (SELECT FROM @extschema@.indexnow_backoff WHERE until <= clock_timestamp())";
 
 /// The pauses that ran out, taken out of `indexnow_backoff` so that the end of each is reported
 /// once (a pause that a new answer just extended is left alone).
 /// A row another transaction holds (an `indexnow_push_now()` whose caller has not committed its
 /// new pause) is skipped, not waited for: a worker must never block on a caller.
-pub const PAUSES_OVER: &str = "DELETE FROM indexnow_backoff WHERE ctid IN ( \
-         SELECT ctid FROM indexnow_backoff WHERE until <= clock_timestamp() \
+pub const PAUSES_OVER: &str = "DELETE FROM @extschema@.indexnow_backoff WHERE ctid IN ( \
+         SELECT ctid FROM @extschema@.indexnow_backoff WHERE until <= clock_timestamp() \
             FOR UPDATE SKIP LOCKED) \
      RETURNING scope, status";
 
 /// One row per request made (or per dry-run decision): `$1` host, `$2` URL count, `$3` status,
 /// `$4` duration in seconds, `$5` note. `pushed_at` is when the request started.
 pub const RECORD: &str =
-    "INSERT INTO indexnow_pushes (pushed_at, host, url_count, status, duration, note) \
+    "INSERT INTO @extschema@.indexnow_pushes (pushed_at, host, url_count, status, duration, note) \
      VALUES (clock_timestamp() - make_interval(secs => $4), $1, $2, $3, \
              make_interval(secs => $4), $5)";
 
@@ -243,11 +245,11 @@ pub const RECORD: &str =
 /// the old key says nothing of the new one), nor when another transaction holds the host's row
 /// (an `indexnow_add_host()` not committed yet): the state is information, and a sender never
 /// waits for a caller.
-pub const KEY_STATE: &str = "UPDATE indexnow_hosts u \
+pub const KEY_STATE: &str = "UPDATE @extschema@.indexnow_hosts u \
         SET key_state = $2, key_state_note = $3, \
             key_state_at = CASE WHEN u.key_state = $2 THEN u.key_state_at \
                                 ELSE clock_timestamp() END \
-      WHERE u.ctid = (SELECT ctid FROM indexnow_hosts \
+      WHERE u.ctid = (SELECT ctid FROM @extschema@.indexnow_hosts \
                        WHERE host = $1 AND key = $4 \
                          AND (key_state, key_state_note) IS DISTINCT FROM ($2, $3) \
                          FOR UPDATE SKIP LOCKED) \
@@ -255,7 +257,7 @@ pub const KEY_STATE: &str = "UPDATE indexnow_hosts u \
 
 /// History pruning: `$1` = history_days.
 pub const PRUNE: &str =
-    "DELETE FROM indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";
+    "DELETE FROM @extschema@.indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";
 
 /// Seconds from `$1` until the next row becomes sendable (due, and its lease, if any, passed),
 /// for the worker's sleep; NULL when nothing is pending. Same parameters as the claims.
@@ -273,10 +275,10 @@ pub fn seconds_to_next_due() -> String {
     // held URLs against 0.35 ms.
     format!(
         "SELECT extract(epoch FROM min(n.next_at) - $1)::float8 \
-           FROM indexnow_hosts h \
+           FROM @extschema@.indexnow_hosts h \
           CROSS JOIN LATERAL ( \
                 SELECT min(greatest({DUE_AT_SQL}, claimed_until)) AS next_at \
-                  FROM indexnow_urls \
+                  FROM @extschema@.indexnow_urls \
                  WHERE host = h.host AND {PENDING_SQL} AND {undecided}) n \
           WHERE {host_may_send}"
     )
@@ -292,7 +294,7 @@ pub fn sources_of(ext: &str) -> String {
 
 /// Sets the lease of the rows `$1` (bytea[]) to `$2` seconds from now, or removes it (NULL).
 pub fn lease_again() -> String {
-    "UPDATE indexnow_urls SET claimed_until = clock_timestamp() + make_interval(secs => $2) \
+    "UPDATE @extschema@.indexnow_urls SET claimed_until = clock_timestamp() + make_interval(secs => $2) \
       WHERE url_hash = ANY ($1)"
         .into()
 }
@@ -301,6 +303,6 @@ pub fn lease_again() -> String {
 /// as claimed: the same request, pending, its time come.
 pub const STILL_AS_CLAIMED: &str = "SELECT u.url_hash \
        FROM unnest($1::bytea[], $2::bigint[]) AS c(url_hash, request_seq) \
-       JOIN indexnow_urls u ON u.url_hash = c.url_hash \
+       JOIN @extschema@.indexnow_urls u ON u.url_hash = c.url_hash \
       WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq \
         AND u.available_at <= clock_timestamp()";

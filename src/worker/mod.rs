@@ -300,7 +300,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         if sender >= guc::WORKERS_PER_DATABASE.get() as u32 {
             break; // indexnow.workers_per_database was lowered
         }
-        if !BackgroundWorker::transaction(use_extension_schema) {
+        if !BackgroundWorker::transaction(use_own_search_path) {
             registry::set_state(db, State::NoExtension);
             return;
         }
@@ -385,7 +385,7 @@ fn idle_activity(enabled: bool) -> String {
     let paused: Option<String> = crate::plan_cache::get_one(
         "SELECT 'paused until ' || max(until)::text || ' (' || string_agg(DISTINCT \
                 CASE scope WHEN '*' THEN 'all hosts' ELSE scope END, ', ') || ')' \
-           FROM indexnow_backoff WHERE until > pg_catalog.clock_timestamp()",
+           FROM @extschema@.indexnow_backoff WHERE until > pg_catalog.clock_timestamp()",
         &[],
     )
     .unwrap_or(None);
@@ -395,16 +395,17 @@ fn idle_activity(enabled: bool) -> String {
     }
 }
 
-/// Points this worker's search_path at the extension's schema; `false` when the extension is not
+/// Sets this worker's search_path to the extension's own (which does not have the extension's
+/// schema in it: see `crate::extension::OWN_SEARCH_PATH`); `false` when the extension is not
 /// installed in this database (any more).
-fn use_extension_schema() -> bool {
-    let Some(schema) = crate::extension::installed_schema() else {
+fn use_own_search_path() -> bool {
+    if crate::extension::installed_schema().is_none() {
         return false;
-    };
+    }
     // Reads (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
     crate::plan_cache::get_one::<String>(
         "SELECT pg_catalog.set_config('search_path', $1, false)",
-        &[format!("pg_catalog, {schema}").into()],
+        &[crate::extension::OWN_SEARCH_PATH.into()],
     )
     .unwrap_or_else(|e| error!("indexnow: setting the worker's search_path: {e}"));
     true

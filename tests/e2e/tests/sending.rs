@@ -2,7 +2,8 @@
 //! per-database workers), and the local IndexNow receiver answering as scripted.
 
 use indexnow_e2e::{
-    count, sending_conf, sigkill, wait_until, wait_until_settled, worker_state, Cluster, Options,
+    count, sending_conf, sent_urls, sigkill, wait_until, wait_until_settled, worker_state, Cluster,
+    Options,
 };
 use indexnow_receiver::{Received, Receiver, Reply};
 use std::collections::{HashMap, HashSet};
@@ -1617,5 +1618,118 @@ fn a_steady_stream_of_saves_does_not_keep_the_worker_from_sending() {
         sent_while_saving,
         "nothing sent in {:?} of steady saves: the worker derived and never sent",
         started.elapsed()
+    );
+}
+
+/// What a database owner (here `alice`) may put in `public`, the extension's schema: functions and
+/// an operator that match the extension's own calls more closely than the built-ins do
+/// (`format(text, name, name)` over `format(text, VARIADIC "any")`, `unnest(text[])` over
+/// `unnest(anyarray)`, `text || integer` over `text || anynonarray`). Each notes who ran it.
+const SHADOWS: &str = "
+CREATE TABLE public.ran (who text, super boolean, what text);
+GRANT INSERT, SELECT ON public.ran TO PUBLIC;
+CREATE FUNCTION public.noted(what text) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.ran SELECT current_user, rolsuper, what FROM pg_catalog.pg_roles
+     WHERE rolname = current_user $$;
+CREATE FUNCTION public.format(f text, a name, b name) RETURNS text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('format(text, name, name)'); RETURN pg_catalog.format(f, a, b); END $$;
+CREATE FUNCTION public.format(f text, a text) RETURNS text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('format(text, text)'); RETURN pg_catalog.format(f, a); END $$;
+CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('unnest(text[])');
+          RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x; END $$;
+CREATE FUNCTION public.unnest(a bytea[]) RETURNS SETOF bytea LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('unnest(bytea[])');
+          RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x; END $$;
+CREATE FUNCTION public.unnest(a bigint[]) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('unnest(bigint[])');
+          RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x; END $$;
+CREATE FUNCTION public.unnest(a int2[]) RETURNS SETOF int2 LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('unnest(int2[])');
+          RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x; END $$;
+CREATE FUNCTION public.cardinality(a int2[]) RETURNS integer LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('cardinality(int2[])'); RETURN pg_catalog.cardinality(a); END $$;
+CREATE FUNCTION public.to_jsonb(a text) RETURNS jsonb LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('to_jsonb(text)'); RETURN pg_catalog.to_jsonb(a); END $$;
+CREATE FUNCTION public.jsonb_build_array(a integer) RETURNS jsonb LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('jsonb_build_array(integer)'); RETURN pg_catalog.jsonb_build_array(a); END $$;
+CREATE FUNCTION public.text_and_integer(a text, b integer) RETURNS text LANGUAGE plpgsql AS $$
+    BEGIN PERFORM public.noted('text || integer'); RETURN a OPERATOR(pg_catalog.||) b; END $$;
+CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = integer, FUNCTION = public.text_and_integer);
+";
+
+/// None of [`SHADOWS`] ever runs as anyone but its maker, whatever the extension does for a
+/// superuser's watch of alice's table: watching, alice's DDL and saves (in the statement and
+/// after the commit), the worker's deriving and sending, status, reconcile, push_now, TRUNCATE,
+/// a new key, unwatching.
+#[test]
+fn functions_a_database_owner_puts_in_the_extensions_schema_never_run_with_its_rights() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut admin = cluster.connect("postgres");
+    admin.batch_execute("CREATE ROLE alice LOGIN").unwrap();
+    admin
+        .batch_execute("CREATE DATABASE tenant OWNER alice")
+        .unwrap();
+    let mut db = cluster.connect("tenant");
+    db.batch_execute(&format!(
+        "CREATE EXTENSION indexnow; SELECT indexnow_add_host('{HOST}', '{KEY}');"
+    ))
+    .unwrap();
+    let mut alice = cluster.connect_as("tenant", "alice");
+    alice.batch_execute(SHADOWS).unwrap();
+    db.batch_execute(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, live boolean NOT NULL DEFAULT true); \
+         ALTER TABLE pages OWNER TO alice; \
+         SELECT indexnow_watch('pages', url => 'https://www.example.com/p/{slug}', visible => 'live');",
+    )
+    .unwrap();
+    alice
+        .batch_execute(
+            "ALTER TABLE pages ADD COLUMN note text; \
+             INSERT INTO pages (id, slug) VALUES (1, 'one'), (2, 'two'); \
+             UPDATE pages SET slug = 'uno' WHERE id = 1; \
+             INSERT INTO pages (id, slug) SELECT g, 'bulk-' || g::text FROM generate_series(10, 400) g;",
+        )
+        .unwrap();
+    wait_until_settled(&mut db, "the saves are sent", Duration::from_secs(60));
+    alice
+        .batch_execute(
+            "DELETE FROM pages WHERE id = 2; UPDATE pages SET live = false WHERE id = 10;",
+        )
+        .unwrap();
+    wait_until_settled(&mut db, "the removals are sent", Duration::from_secs(60));
+    db.batch_execute(&format!(
+        "SELECT * FROM indexnow_status(); SELECT * FROM indexnow_reconcile('pages'); \
+         SELECT * FROM indexnow_push_now(); \
+         SELECT indexnow_disable_host('{HOST}'); SELECT indexnow_enable_host('{HOST}'); \
+         SELECT indexnow_add_host('{HOST}', 'another-key-1');"
+    ))
+    .unwrap();
+    alice.batch_execute("TRUNCATE pages").unwrap();
+    wait_until_settled(&mut db, "the TRUNCATE is sent", Duration::from_secs(60));
+    db.batch_execute("SELECT indexnow_unwatch('pages')")
+        .unwrap();
+    assert!(
+        sent_urls(&receiver).len() > 390,
+        "{}",
+        sent_urls(&receiver).len()
+    );
+    let ran: Vec<String> = db
+        .query(
+            "SELECT who || ': ' || what FROM public.ran WHERE who <> 'alice'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(ran.is_empty(), "ran with another's rights: {ran:?}");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_roles WHERE rolname = 'alice' AND rolsuper"
+        ),
+        0
     );
 }
