@@ -102,7 +102,7 @@ fn indexnow_add_host(
     })
     .unwrap_or_else(|e| error!("indexnow: could not read host {host}: {e}"));
     Spi::run_with_args(
-        &*qualified(
+        &qualified(
             "INSERT INTO @extschema@.indexnow_hosts AS h (host, key, key_location, home_system, home_database) \
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (host) DO UPDATE \
@@ -188,7 +188,7 @@ fn indexnow_confirm_copy() -> i64 {
     crate::extension::require_writable("indexnow_confirm_copy");
     let (system, database) = here();
     let taken = Spi::get_one_with_args::<i64>(
-        &*qualified(&format!(
+        &qualified(&format!(
             "WITH taken AS (UPDATE @extschema@.indexnow_hosts h SET home_system = $1, home_database = $2 \
                              WHERE NOT {} RETURNING 1) \
              SELECT count(*) FROM taken",
