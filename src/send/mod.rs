@@ -958,8 +958,8 @@ fn prune(settings: &Settings) {
 }
 
 /// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. Rows
-/// that cannot be sent now (their host has no key, is disabled, in a copy, or paused) do not
-/// count; a leased row counts from the end of its lease. A row that fell due during the pass
+/// that cannot be sent (their host has no key, is disabled, or in a copy) do not count; a leased
+/// row counts from the end of its lease, a paused host's from the end of the pause. A row that fell due during the pass
 /// (a long pass, a URL whose debounce ended meanwhile) is sent by another pass at once, after
 /// [`DUE_ALREADY`].
 ///
@@ -972,7 +972,7 @@ pub fn sleep_before_next_pass(naptime: Duration, sent: bool) -> Duration {
     let wait: Option<f64> = plan_cache::get_one(&sql::seconds_to_next_due(), &args)
         .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
-        Some(s) if s > 0.0 => naptime.min(Duration::from_secs_f64(s)),
+        Some(s) if s > 0.0 => naptime.min(Duration::try_from_secs_f64(s).unwrap_or(naptime)),
         Some(_) if sent => naptime.min(DUE_ALREADY),
         Some(_) => naptime.min(DUE_BUT_UNCLAIMED),
         None => naptime,

@@ -259,28 +259,32 @@ pub const KEY_STATE: &str = "UPDATE @extschema@.indexnow_hosts u \
 pub const PRUNE: &str =
     "DELETE FROM @extschema@.indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";
 
-/// Seconds from `$1` until the next row becomes sendable (due, and its lease, if any, passed),
-/// for the worker's sleep; NULL when nothing is pending. Same parameters as the claims.
+/// Seconds from `$1` until the next row becomes sendable (due, its lease, if any, passed, and the
+/// pause of its host, if any, over), for the worker's sleep; NULL when nothing is pending. Same
+/// parameters as the claims. A row scheduled for `infinity` is never due: it counts as a day
+/// away (the worker sleeps `naptime` at most anyway).
 ///
-/// Only rows of hosts that may be sent for now count. The rows of a host without a key, disabled
-/// or paused are due and cannot be sent: counted, they made the next due time "now", so the
-/// worker slept `naptime` and another host's row due in two seconds waited for it; and a large
-/// held backlog was read in full at every wake-up (measured: 0.3 s with 1,000,000 held URLs,
-/// most of it JIT compilation).
+/// The rows of a host without a key, disabled or in a copy (held) do not count: they are due and
+/// cannot be sent, and counted they made the next due time "now", so the worker slept `naptime`
+/// and another host's row due in two seconds waited for it; and a large held backlog was read in
+/// full at every wake-up (measured: 0.3 s with 1,000,000 held URLs, most of it JIT compilation).
+/// A paused host's rows count from the end of the pause, so that sending resumes when it ends.
 pub fn seconds_to_next_due() -> String {
     let undecided = undecided(5);
-    let host_may_send = host_may_send();
+    let held = crate::hosts::held_sql("h.host", "true");
+    let paused = paused_until("h.host");
     // Host by host through the pending index: as `host IN (...)` the planner (which takes a third
     // of the queue to be pending) read the whole pending index instead, 260 ms with a million
     // held URLs against 0.35 ms.
     format!(
-        "SELECT extract(epoch FROM min(n.next_at) - $1)::float8 \
+        "SELECT extract(epoch FROM min(least(greatest(n.next_at, {paused}), \
+                                             $1 + interval '1 day')) - $1)::float8 \
            FROM @extschema@.indexnow_hosts h \
           CROSS JOIN LATERAL ( \
                 SELECT min(greatest({DUE_AT_SQL}, claimed_until)) AS next_at \
                   FROM @extschema@.indexnow_urls \
                  WHERE host = h.host AND {PENDING_SQL} AND {undecided}) n \
-          WHERE {host_may_send}"
+          WHERE {held} IS NULL AND n.next_at IS NOT NULL"
     )
 }
 

@@ -1733,3 +1733,65 @@ fn functions_a_database_owner_puts_in_the_extensions_schema_never_run_with_its_r
         0
     );
 }
+
+/// With a long naptime, a URL held by a pause goes out when the pause ends, not a naptime later:
+/// the worker sleeps until the end of the pause.
+#[test]
+fn sending_resumes_when_a_pause_ends_not_a_naptime_later() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.naptime = '1h'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    receiver.script([status(429, Some("2"), "slow down")]);
+    queue_for_host(&mut db, "/paused/", 1);
+    wait_until("the 429", Duration::from_secs(30), || {
+        receiver.arrived() == 1
+    });
+    let paused_at = Instant::now();
+    wait_until("the URL after the pause", Duration::from_secs(30), || {
+        receiver.arrived() == 2
+    });
+    let waited = paused_at.elapsed();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(accepted_urls(&receiver.received()).len(), 1);
+}
+
+/// A page scheduled for `infinity` (a common "never") is never sent, and the worker neither
+/// stops nor spins: it keeps running, one process, and sends the other pages.
+#[test]
+fn a_page_scheduled_for_infinity_never_goes_and_the_worker_keeps_running() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, publish_at timestamptz); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/p/{{slug}}', publish_at => 'publish_at'); \
+         INSERT INTO posts VALUES (1, 'never', 'infinity');"
+    ))
+    .unwrap();
+    wait_until("the worker runs", Duration::from_secs(30), || {
+        worker_state(&mut db).starts_with("running")
+    });
+    let pid = |db: &mut postgres::Client| {
+        count(
+            db,
+            "SELECT coalesce(max(pid), 0)::bigint FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker'",
+        )
+    };
+    let first = pid(&mut db);
+    std::thread::sleep(Duration::from_secs(2)); // ten passes at naptime 200ms
+    assert_eq!(pid(&mut db), first);
+    db.batch_execute("INSERT INTO posts VALUES (2, 'now', NULL)")
+        .unwrap();
+    wait_until("the other page is sent", Duration::from_secs(30), || {
+        !sent_urls(&receiver).is_empty()
+    });
+    assert_eq!(sent_urls(&receiver), [format!("https://{HOST}/p/now")]);
+    assert_eq!(pid(&mut db), first);
+    assert!(
+        !cluster.log().contains("cannot subtract infinite"),
+        "{}",
+        cluster.log()
+    );
+}
