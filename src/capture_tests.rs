@@ -3087,3 +3087,30 @@ fn a_temporary_related_table_is_refused() {
            related => '{tmp_cats}')",
     );
 }
+
+/// A watched table losing its primary key (a migration from one key to another) still takes
+/// writes: they are kept as a derivation of the whole table, and the pages come out right.
+#[pg_test]
+fn a_table_that_lost_its_primary_key_still_takes_writes() {
+    run("CREATE TABLE mig (id int PRIMARY KEY, slug text)");
+    run("INSERT INTO mig VALUES (1, 'a'), (2, 'b')");
+    run("SELECT indexnow_watch('mig', url => 'https://www.example.com/mig/{slug}')");
+    pushed();
+    run("ALTER TABLE mig ADD COLUMN uid int");
+    run("ALTER TABLE mig DROP CONSTRAINT mig_pkey");
+    run("UPDATE mig SET uid = id + 100");
+    run("UPDATE mig SET slug = 'a2' WHERE id = 1");
+    run("INSERT INTO mig VALUES (3, 'c', 103)");
+    run("DELETE FROM mig WHERE id = 2");
+    run("TRUNCATE mig");
+    run("INSERT INTO mig VALUES (1, 'a2', 101), (3, 'c', 103)");
+    run("ALTER TABLE mig ADD PRIMARY KEY (uid)");
+    run("UPDATE mig SET slug = 'c2' WHERE uid = 103");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/mig/a deleted\n\
+         https://www.example.com/mig/a2 created\n\
+         https://www.example.com/mig/b deleted\n\
+         https://www.example.com/mig/c2 created"
+    );
+}

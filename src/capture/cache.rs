@@ -67,8 +67,8 @@ pub struct Capture {
     /// is built here (else the keys are read by SQL).
     pub key_columns: Option<Vec<KeyColumn>>,
     /// The key's attribute numbers in the written table; `None` when the written table (a
-    /// parent) lacks one of them (an inheritance child's own key column): then every event
-    /// records the whole watched table.
+    /// parent) lacks one of them (an inheritance child's own key column), or the watched table
+    /// has no primary key now: then every event records the whole watched table.
     pub key_attnums: Option<Vec<i16>>,
     /// For each watch, the attribute numbers the UPDATE gate compares (the key and every column
     /// the watch does not ignore).
@@ -255,14 +255,17 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
                 depend_on(watched);
                 key::names(watched)
             };
-            if key.is_empty() {
-                error!("indexnow: a watched table has no primary key any more");
-            }
             let found: Vec<Option<&Attribute>> = key
                 .iter()
                 .map(|name| attributes.iter().find(|a| &a.name == name))
                 .collect();
-            let key_attnums: Option<Vec<i16>> = found.iter().map(|a| a.map(|a| a.attnum)).collect();
+            // A table that lost its primary key (a migration between two keys) has its rows
+            // known by reading it: its writes record the whole table, as a parent's do.
+            let key_attnums: Option<Vec<i16>> = found
+                .iter()
+                .map(|a| a.map(|a| a.attnum))
+                .collect::<Option<Vec<_>>>()
+                .filter(|attnums| !attnums.is_empty());
             let key_columns = found
                 .iter()
                 .map(|a| {
