@@ -748,21 +748,23 @@ fn reread_scheduled(session: Session, settings: &Settings, mut claimed: Claimed)
     }
     let ext = crate::extension::schema();
     // Our own lease would read as a push in flight (a removal owed): not while we re-read.
-    let lease = |hashes: Vec<Vec<u8>>, until: Option<f64>| {
+    let lease = |hashes: Vec<Vec<u8>>, until: Option<f64>, tried: bool| {
         Spi::connect_mut(|client| {
-            plan_cache::write(client, &sql::lease_again(), &[hashes.into(), until.into()])
-                .map(|_| ())
+            let args = [hashes.into(), until.into(), tried.into()];
+            plan_cache::write(client, &sql::lease_again(), &args).map(|_| ())
         })
         .unwrap_or_else(|e| error!("indexnow: could not lease re-read pages: {e}"))
     };
     let worker = matches!(session, Session::Worker { .. });
     if worker {
-        lease(scheduled.clone(), None);
+        lease(scheduled.clone(), None, false);
     }
     derive_rows_of(&ext, &scheduled);
     let unchanged = still_as_claimed(&claimed, &scheduled);
     if worker {
-        lease(unchanged.iter().cloned().collect(), Some(settings.lease()));
+        // (the claim left their `tried_at` for now: see `sql::claim_with_lease`)
+        let hashes = unchanged.iter().cloned().collect();
+        lease(hashes, Some(settings.lease()), !settings.dry_run);
     }
     claimed.retain(|u| !scheduled.contains(&u.url_hash) || unchanged.contains(&u.url_hash));
     claimed

@@ -102,11 +102,18 @@ const CLAIMED_COLUMNS: &str = "url_hash, url, reason, changed_at, request_seq, \
 /// `$8` seconds, in a transaction committed before any HTTP request. (The locked rows are found
 /// again by `ctid`: they cannot move while locked.) Unless it is a dry run (`$5`), it also notes
 /// `tried_at`: from now on the request may have reached search engines, whatever becomes of the
-/// answer.
+/// answer. Not yet for a live page queued for a publication time: it is derived again first
+/// (`super::reread_scheduled`), and a derivation that found it tried would take a page never
+/// public for one search engines may know, and send its removal; [`lease_again`] notes it for
+/// those still to be sent.
 pub fn claim_with_lease() -> String {
+    let scheduled_live = format!(
+        "(available_at > queued_at AND reason NOT IN ({}))",
+        crate::queue::removal_list()
+    );
     format!(
         "UPDATE @extschema@.indexnow_urls SET claimed_until = $1 + make_interval(secs => $8), \
-                tried_at = CASE WHEN $5 THEN tried_at ELSE $1 END \
+                tried_at = CASE WHEN $5 OR {scheduled_live} THEN tried_at ELSE $1 END \
           WHERE ctid = ANY (ARRAY({})) RETURNING {CLAIMED_COLUMNS}",
         due_of_host("ctid", "", "FOR UPDATE SKIP LOCKED")
     )
@@ -296,9 +303,12 @@ pub fn sources_of(ext: &str) -> String {
     )
 }
 
-/// Sets the lease of the rows `$1` (bytea[]) to `$2` seconds from now, or removes it (NULL).
+/// Sets the lease of the rows `$1` (bytea[]) to `$2` seconds from now, or removes it (NULL), and
+/// with `$3` notes `tried_at` (re-read pages about to be sent: see [`claim_with_lease`]).
 pub fn lease_again() -> String {
-    "UPDATE @extschema@.indexnow_urls SET claimed_until = clock_timestamp() + make_interval(secs => $2) \
+    "UPDATE @extschema@.indexnow_urls \
+        SET claimed_until = clock_timestamp() + make_interval(secs => $2), \
+            tried_at = CASE WHEN $3 THEN clock_timestamp() ELSE tried_at END \
       WHERE url_hash = ANY ($1)"
         .into()
 }

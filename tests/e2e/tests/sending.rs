@@ -1795,3 +1795,60 @@ fn a_page_scheduled_for_infinity_never_goes_and_the_worker_keeps_running() {
         cluster.log()
     );
 }
+
+/// The worker's re-read at send time, as `indexnow_push_now()`'s above: a scheduled page the
+/// triggers did not see deleted, hidden or renamed before its time is cancelled, never sent as a
+/// removal (its claim had noted it as tried: the re-read took it for announced); and a page
+/// rescheduled by the re-read and deleted later is cancelled too.
+#[test]
+fn the_workers_re_read_never_announces_a_page_that_was_never_public() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, \
+                             published boolean NOT NULL DEFAULT true, publish_at timestamptz); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/p/{{slug}}', \
+                               visible => 'published', publish_at => 'publish_at'); \
+         INSERT INTO posts (id, slug, publish_at) VALUES \
+           (1, 'deleted', now() + interval '2 s'), (2, 'hidden', now() + interval '2 s'), \
+           (3, 'renamed', now() + interval '2 s'), (4, 'rescheduled', now() + interval '2 s');"
+    ))
+    .unwrap();
+    db.batch_execute(
+        "SET session_replication_role = replica; \
+         DELETE FROM posts WHERE id = 1; \
+         UPDATE posts SET published = false WHERE id = 2; \
+         UPDATE posts SET slug = 'renamed-new' WHERE id = 3; \
+         UPDATE posts SET publish_at = now() + interval '1 hour' WHERE id = 4; \
+         RESET session_replication_role;",
+    )
+    .unwrap();
+    wait_until("the re-read", Duration::from_secs(30), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/rescheduled' \
+               AND available_at > now() + interval '50 minutes'",
+        ) == 1
+    });
+    wait_until_settled_but(&mut db, "rescheduled");
+    db.batch_execute("DELETE FROM posts WHERE id = 4").unwrap();
+    wait_until_settled(&mut db, "the delete", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500)); // a pass more
+    let sent: Vec<String> = accepted_urls(&receiver.received()).into_keys().collect();
+    assert_eq!(sent, [format!("https://{HOST}/p/renamed-new")]);
+}
+
+/// Waits until every pending URL but those containing `but` is settled.
+fn wait_until_settled_but(db: &mut postgres::Client, but: &str) {
+    wait_until("the others are settled", Duration::from_secs(30), || {
+        count(
+            db,
+            &format!(
+                "SELECT count(*) FROM indexnow_urls \
+                  WHERE request_seq > settled_seq AND url NOT LIKE '%{but}%'"
+            ),
+        ) == 0
+    });
+}
