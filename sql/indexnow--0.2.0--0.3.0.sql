@@ -255,6 +255,34 @@ UPDATE @extschema@.indexnow_watches
           || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'')'
        )) AS since_rule (old_since, new_since);
 
+-- A derivation locks the queue rows of the URLs going away before it reads whether search engines
+-- may know them (src/capture/statements.rs, the CTE gu): a sender's claim committing meanwhile is
+-- seen, and the URL gets its removal, where the statement's snapshot would not show the claim
+-- and its request was cancelled while the announcement went out.
+DO $gone$
+DECLARE
+    ext text := (SELECT '"' || pg_catalog.replace(n.nspname, '"', '""') || '"'
+                   FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+                  WHERE e.extname = 'indexnow');
+    old_gone text := 'given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), gone AS (';
+    new_gone text := 'given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), gu AS ( '
+        || 'SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at '
+        || 'FROM ' || ext || '.indexnow_urls u '
+        || 'WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL '
+        || 'AND old_hash IS DISTINCT FROM new_hash) '
+        || 'ORDER BY u.url_hash FOR NO KEY UPDATE OF u), gone AS (';
+    old_join text := 'FROM pr JOIN ' || ext || '.indexnow_urls u ON u.url_hash = pr.old_hash';
+    new_join text := 'FROM pr JOIN gu u ON u.url_hash = pr.old_hash';
+BEGIN
+    UPDATE @extschema@.indexnow_watches
+       SET derive_keys = pg_catalog.replace(pg_catalog.replace(derive_keys, old_gone, new_gone),
+                                            old_join, new_join),
+           derive_all = pg_catalog.replace(pg_catalog.replace(derive_all, old_gone, new_gone),
+                                           old_join, new_join);
+END
+$gone$;
+
 -- indexnow_watch() finds the columns a watch's expressions read (sql/capture.sql) and keeps them
 -- in indexnow_watches.expression_columns: the UPDATE gate compares those even when they are
 -- ignored as content (a change to one may hide the page or move its URL). The watches made

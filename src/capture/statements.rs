@@ -341,6 +341,11 @@ impl WatchDefinition {
         )
     }
 
+    /// The derivation: rows as they are against what the watch last derived from them (`p`),
+    /// queueing what changed and what is gone. The queue rows of the URLs going away are locked
+    /// (`gu`) before `announced` is read from them: a sender's claim committing meanwhile (it
+    /// notes `tried_at`, the request is on its way) is seen, and the URL gets its removal, where
+    /// the statement's own snapshot would not show the claim and cancel the request.
     fn derive(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
@@ -376,6 +381,12 @@ impl WatchDefinition {
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
+             gu AS ( \
+               SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at \
+                 FROM {ext}.indexnow_urls u \
+                WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL \
+                                        AND old_hash IS DISTINCT FROM new_hash) \
+                ORDER BY u.url_hash FOR NO KEY UPDATE OF u), \
              gone AS ( \
                SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, \
                       pr.old_host AS host, u.request_seq, \
@@ -383,7 +394,7 @@ impl WatchDefinition {
                            ELSE {hidden} END AS reason, \
                       ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) \
                         OR coalesce(u.tried_at >= pr.since, false) AS announced \
-                 FROM pr JOIN {ext}.indexnow_urls u ON u.url_hash = pr.old_hash \
+                 FROM pr JOIN gu u ON u.url_hash = pr.old_hash \
                 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash \
                   AND NOT EXISTS (SELECT FROM given g WHERE g.new_hash = pr.old_hash) \
                   AND NOT EXISTS ( \

@@ -1852,3 +1852,44 @@ fn wait_until_settled_but(db: &mut postgres::Client, but: &str) {
         ) == 0
     });
 }
+
+/// Pages published and at once unpublished again while the worker sends: each page announced as
+/// live gets its removal after it, however the unpublishing statement's snapshot fell against
+/// the worker's claim (its derivation read the queue row as untried and cancelled the request
+/// while the announcement went out).
+#[test]
+fn a_page_unpublished_while_the_worker_claims_it_gets_its_removal() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.naptime = '20ms'"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/r/{{slug}}', visible => 'published'); \
+         INSERT INTO posts SELECT g, 'race-' || g::text, false FROM generate_series(1, 200) g;"
+    ))
+    .unwrap();
+    for id in 1..=200 {
+        db.execute("UPDATE posts SET published = true WHERE id = $1", &[&id])
+            .unwrap();
+        db.execute("UPDATE posts SET published = false WHERE id = $1", &[&id])
+            .unwrap();
+    }
+    wait_until_settled(&mut db, "everything is sent", Duration::from_secs(60));
+    let sent = accepted_urls(&receiver.received());
+    assert!(
+        !sent.is_empty(),
+        "nothing was announced: the race was not run"
+    );
+    let announced_only: Vec<&String> = sent
+        .iter()
+        .filter(|(_, &times)| times % 2 == 1)
+        .map(|(url, _)| url)
+        .collect();
+    assert!(
+        announced_only.is_empty(),
+        "{} of {} announced without their removal: {announced_only:?}",
+        announced_only.len(),
+        sent.len()
+    );
+}
