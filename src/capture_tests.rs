@@ -3114,3 +3114,43 @@ fn a_table_that_lost_its_primary_key_still_takes_writes() {
          https://www.example.com/mig/c2 created"
     );
 }
+
+/// An `ALTER TABLE` that changes no row (a constraint or index added or dropped, a default,
+/// statistics) and leaves the watch as it was records nothing to derive: a parallel restore
+/// adds a watched table's constraints while another job still loads what the watch derived
+/// (`indexnow_sources`), and a derivation then would take every row for new. One that may
+/// change rows (a column retyped) or changes the watch (a new primary key) records the table.
+#[pg_test]
+fn an_alter_that_changes_no_row_records_nothing_to_derive() {
+    for t in ["calm", "retyped", "rekeyed"] {
+        run(&format!("CREATE TABLE {t} (id int PRIMARY KEY, uid int UNIQUE, slug varchar)"));
+        run(&format!("INSERT INTO {t} VALUES (1, 101, 'A')"));
+        run(&format!(
+            "SELECT indexnow_watch('{t}', url => 'https://www.example.com/{t}/{{slug}}')"
+        ));
+    }
+    pushed();
+    let recorded = |t: &str| count(&format!("SELECT count(*) FROM indexnow_changes WHERE tbl = '{t}'::regclass"));
+    run("ALTER TABLE calm ADD CONSTRAINT calm_slug CHECK (slug <> ''), ALTER slug SET DEFAULT 'x', \
+           ALTER slug SET STATISTICS 200");
+    run("CREATE TABLE calm_ref (id int PRIMARY KEY)");
+    run("ALTER TABLE calm ADD COLUMN ref int");
+    run("ALTER TABLE calm DROP COLUMN ref");
+    assert_eq!(recorded("calm"), 1, "a column added or dropped is recorded");
+    run("DELETE FROM indexnow_changes");
+    run("ALTER TABLE calm ADD CONSTRAINT calm_uid_ref FOREIGN KEY (id) REFERENCES calm_ref NOT VALID");
+    run("ALTER TABLE calm DROP CONSTRAINT calm_slug");
+    assert_eq!(recorded("calm"), 0);
+    run("ALTER TABLE retyped ALTER slug TYPE varchar USING lower(slug)");
+    assert_eq!(recorded("retyped"), 1);
+    run("ALTER TABLE rekeyed DROP CONSTRAINT rekeyed_pkey, ADD PRIMARY KEY (uid)");
+    assert_eq!(recorded("rekeyed"), 1);
+    // (a page known by another key is announced once as changed: README, "Capture")
+    assert_eq!(
+        pending(),
+        "https://www.example.com/rekeyed/A changed\n\
+         https://www.example.com/retyped/A moved\n\
+         https://www.example.com/retyped/a created"
+    );
+}
+

@@ -36,6 +36,13 @@
 //!   making the dump's triggers after the event triggers made them on a table joining a watched
 //!   tree): the existing one is dropped first, so the restore does not fail on it.
 //!
+//! - An `ALTER TABLE` whose every subcommand leaves the rows as they are (a constraint or index
+//!   added or dropped, a default, statistics, storage, options, the owner: [`changes_no_rows`])
+//!   is noted, so that its end records no whole-table change set when the watches come out the
+//!   same. A `pg_restore -j` adds the watched tables' primary keys while another job still loads
+//!   `indexnow_sources`: a derivation then found no sources, announced every page again, and
+//!   took the time of the restore as when each row began to give its URL (removals were lost).
+//!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
 use super::template::{self, Part};
@@ -59,6 +66,15 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         error!("indexnow: _indexnow_before_ddl() is called by an event trigger only");
     }
     let parsetree = (*(context as *mut pg_sys::EventTriggerData)).parsetree;
+    if FOLLOWING.get() == 0 {
+        ALTER.set(
+            if !parsetree.is_null() && pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt) {
+                alter_kind(&*(parsetree as *mut pg_sys::AlterTableStmt))
+            } else {
+                Alter::MayChangeRows
+            },
+        );
+    }
     if parsetree.is_null() || crate::extension::version_mismatch().is_some() {
         return pg_sys::Datum::from(0);
     }
@@ -331,6 +347,128 @@ unsafe fn range_var_label(relation: *mut pg_sys::RangeVar) -> String {
 
 unsafe fn is_foreign(table: pg_sys::Oid) -> bool {
     pg_sys::get_rel_relkind(table) as u8 == pg_sys::RELKIND_FOREIGN_TABLE
+}
+
+/// What the DDL statement this backend runs now does to rows, as far as the capture cares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Alter {
+    /// Not an `ALTER TABLE`, or one that may change rows.
+    MayChangeRows,
+    /// An `ALTER TABLE` whose every subcommand leaves the rows alone ([`LEAVING_ROWS_ALONE`]).
+    LeavesRows,
+    /// ... and only adds (a constraint, an index: [`ADDING`]), as a restore does.
+    OnlyAdds,
+}
+
+thread_local! {
+    /// Set at the start of each DDL statement, for its end.
+    static ALTER: std::cell::Cell<Alter> = const { std::cell::Cell::new(Alter::MayChangeRows) };
+    /// How deep this backend is in [`following`].
+    static FOLLOWING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, the extension following the end of a user's DDL statement: the statements it runs
+/// itself meanwhile (a view that reads an expression's columns, capture triggers made again)
+/// leave what [`changes_no_rows`] says of the user's statement as it was.
+pub fn following<R>(f: impl FnOnce() -> R) -> R {
+    FOLLOWING.set(FOLLOWING.get() + 1);
+    let f = std::panic::AssertUnwindSafe(f);
+    pgrx::PgTryBuilder::new(move || {
+        let f = f;
+        (f.0)()
+    })
+    .finally(|| FOLLOWING.set(FOLLOWING.get() - 1))
+    .execute()
+}
+
+/// Whether the `ALTER TABLE` ending now changes no row of the tables it alters: every
+/// subcommand is one that leaves rows, their values and which table holds them alone.
+pub fn changes_no_rows() -> bool {
+    ALTER.get() != Alter::MayChangeRows
+}
+
+/// Whether the `ALTER TABLE` ending now only adds constraints or indexes. It cannot have taken
+/// away what a watch needs: a watch that still cannot be made again is on a table being built
+/// (a restore adds the keys one by one, the primary key and the foreign keys a related table is
+/// reached through), and stays as it was.
+pub fn only_adds() -> bool {
+    ALTER.get() == Alter::OnlyAdds
+}
+
+/// The subcommands of [`LEAVING_ROWS_ALONE`] that add.
+const ADDING: &[pg_sys::AlterTableType::Type] = {
+    use pg_sys::AlterTableType as At;
+    &[
+        At::AT_AddConstraint,
+        At::AT_ValidateConstraint,
+        At::AT_AddIndex,
+        At::AT_AddIndexConstraint,
+        #[cfg(feature = "pg15")]
+        At::AT_AddConstraintRecurse,
+        #[cfg(feature = "pg15")]
+        At::AT_ValidateConstraintRecurse,
+    ]
+};
+
+/// The `ALTER TABLE` subcommands that leave every row as it is. Anything else (a column added,
+/// dropped or retyped, an expression changed, a partition attached, an inheritance changed) may
+/// change rows.
+const LEAVING_ROWS_ALONE: &[pg_sys::AlterTableType::Type] = {
+    use pg_sys::AlterTableType as At;
+    &[
+        At::AT_AddConstraint,
+        At::AT_ValidateConstraint,
+        At::AT_DropConstraint,
+        At::AT_AlterConstraint,
+        At::AT_AddIndex,
+        At::AT_AddIndexConstraint,
+        At::AT_ColumnDefault,
+        At::AT_SetNotNull,
+        At::AT_DropNotNull,
+        At::AT_SetStatistics,
+        At::AT_SetOptions,
+        At::AT_ResetOptions,
+        At::AT_SetStorage,
+        At::AT_ClusterOn,
+        At::AT_DropCluster,
+        At::AT_SetRelOptions,
+        At::AT_ResetRelOptions,
+        At::AT_ReplaceRelOptions,
+        At::AT_SetTableSpace,
+        At::AT_ReplicaIdentity,
+        At::AT_ChangeOwner,
+        At::AT_EnableRowSecurity,
+        At::AT_DisableRowSecurity,
+        At::AT_ForceRowSecurity,
+        At::AT_NoForceRowSecurity,
+        At::AT_AddIdentity,
+        At::AT_SetIdentity,
+        At::AT_DropIdentity,
+        #[cfg(feature = "pg15")]
+        At::AT_AddConstraintRecurse,
+        #[cfg(feature = "pg15")]
+        At::AT_ValidateConstraintRecurse,
+        #[cfg(feature = "pg15")]
+        At::AT_DropConstraintRecurse,
+    ]
+};
+
+/// What `alter` does to rows (see [`Alter`]).
+unsafe fn alter_kind(alter: &pg_sys::AlterTableStmt) -> Alter {
+    let commands = pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds);
+    let all_in = |kinds: &[pg_sys::AlterTableType::Type]| {
+        !commands.is_empty()
+            && commands
+                .iter_ptr()
+                .all(|command| kinds.contains(&(*command).subtype))
+    };
+    if all_in(ADDING) {
+        Alter::OnlyAdds
+    } else if all_in(LEAVING_ROWS_ALONE) {
+        Alter::LeavesRows
+    } else {
+        Alter::MayChangeRows
+    }
 }
 
 /// What an `ALTER TABLE` (or `ALTER FOREIGN TABLE`) does to trees, in every subcommand: the

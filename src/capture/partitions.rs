@@ -20,7 +20,7 @@
 //! watched table (rows that came with an attached partition are announced, rows that left with a
 //! detached one are removed).
 
-use super::triggers;
+use super::{before_ddl, triggers};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 
@@ -260,6 +260,10 @@ fn whole_tree(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// read the altered table as a related table.
 #[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
 fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
+    before_ddl::following(|| table_changed(table, tag))
+}
+
+fn table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
     put_back_taken_off(&ext);
     let tree = whole_tree(table);
@@ -274,9 +278,11 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
             }
         }
         if tag == "ALTER TABLE" {
-            super::watch::follow_alter_table(&ext, *w);
-            super::change_sets::record_whole_table(&ext, *w, None);
-            crate::wake::worker_at_commit();
+            let same = super::watch::follow_alter_table(&ext, *w, before_ddl::only_adds());
+            if needs_deriving_after_alter(*w, same) {
+                super::change_sets::record_whole_table(&ext, *w, None);
+                crate::wake::worker_at_commit();
+            }
         }
     }
     // The tables above and below related tables too: a write straight to a partition, or
@@ -294,6 +300,16 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
     }
     // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.
     drop_unused_triggers(&ext);
+}
+
+/// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of
+/// a table it reads (`same`: its watches came out as they were). Not when the ALTER changed no row
+/// and no watch (`super::before_ddl::changes_no_rows`), nor while the table has no capture
+/// triggers: a restore makes them last, after the keys and partitions it attaches, while (with
+/// `pg_restore -j`) other jobs still load the table's rows or what the watch derived from them
+/// (`indexnow_sources`), and a derivation then announced every page again, or removed them.
+fn needs_deriving_after_alter(watched: pg_sys::Oid, same: bool) -> bool {
+    triggers::on(watched) && !(same && before_ddl::changes_no_rows())
 }
 
 /// After an `ALTER TABLE` of `table`, the watches of other tables that read it as a related table
@@ -321,9 +337,11 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
     })
     .unwrap_or_else(|e| error!("indexnow: finding the watches that read an altered table: {e}"));
     for (watched, ids) in readers {
-        super::watch::follow_alter_table(ext, watched);
-        super::change_sets::record_whole_table(ext, watched, Some(ids));
-        crate::wake::worker_at_commit();
+        let same = super::watch::follow_alter_table(ext, watched, before_ddl::only_adds());
+        if needs_deriving_after_alter(watched, same) {
+            super::change_sets::record_whole_table(ext, watched, Some(ids));
+            crate::wake::worker_at_commit();
+        }
     }
 }
 

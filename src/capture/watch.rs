@@ -1025,7 +1025,7 @@ fn indexnow_schema_renamed(schema: pg_sys::Oid) {
     })
     .unwrap_or_else(|e| error!("indexnow: finding the watches of a renamed schema: {e}"));
     for table in tables {
-        follow_alter_table(&ext, table);
+        follow_alter_table(&ext, table, false);
     }
 }
 
@@ -1043,10 +1043,35 @@ fn indexnow_schema_renamed(schema: pg_sys::Oid) {
 ///
 /// Not before `ALTER EXTENSION indexnow UPDATE`: the statements would call this release's
 /// functions, which a database on the SQL of an earlier release does not have.
-pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
+/// Returns whether every watch of the table came out as it was (the same statements), or was
+/// not made again (no triggers on the table: a restore that has not made them yet). With
+/// `only_adds` (the ALTER only added constraints or indexes,
+/// `super::before_ddl::only_adds`), a watch that cannot be made again stays as it was, unsaid:
+/// its table is being built (a restore adds its keys one by one).
+pub fn follow_alter_table(ext: &str, table: pg_sys::Oid, only_adds: bool) -> bool {
     if crate::extension::version_mismatch().is_some() || !triggers::on(table) {
-        return;
+        return true;
     }
+    let statements = || -> Vec<String> {
+        Spi::connect(|client| {
+            client
+                .select(
+                    &format!(
+                        "SELECT concat_ws(E'\\n', rows_keys, rows_all, derive_keys, derive_all) \
+                           FROM {ext}.indexnow_watches \
+                          WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND active \
+                          ORDER BY id"
+                    ),
+                    None,
+                    &[table.into()],
+                )?
+                .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        })
+        .unwrap_or_else(|e| error!("indexnow: reading the watches of an altered table: {e}"))
+    };
+    let before = statements();
+    let mut made_again = true;
     let watches: Vec<(i32, String)> = Spi::connect(|client| {
         client
             .select(
@@ -1063,6 +1088,10 @@ pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
     .unwrap_or_else(|e| error!("indexnow: reading the watches of an altered table: {e}"));
     for (id, pattern) in watches {
         if let Err(message) = crate::subtransaction::run(|| make_again(ext, id, table)) {
+            if only_adds {
+                continue;
+            }
+            made_again = false;
             ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_WARNING,
                 format!(
@@ -1080,6 +1109,7 @@ pub fn follow_alter_table(ext: &str, table: pg_sys::Oid) {
             .report(PgLogLevel::WARNING);
         }
     }
+    made_again && statements() == before
 }
 
 /// Makes watch `id` again (see [`follow_alter_table`]).
