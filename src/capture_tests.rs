@@ -3154,3 +3154,33 @@ fn an_alter_that_changes_no_row_records_nothing_to_derive() {
     );
 }
 
+/// A watch its maker could not derive is refused when it is made: a table the maker may trigger
+/// but not read (the watch took no baseline, and announced every row once it could read), and a
+/// key of an array type (a row's key did not read back from the JSON it is kept as).
+#[pg_test]
+fn a_watch_its_maker_could_not_derive_is_refused() {
+    run("CREATE ROLE indexnow_test_blind");
+    run("SELECT indexnow_grant_watching('indexnow_test_blind')");
+    run("CREATE TABLE unread (id int PRIMARY KEY, slug text)");
+    run("GRANT TRIGGER ON unread TO indexnow_test_blind");
+    run("CREATE TABLE half_read (id int PRIMARY KEY, slug text, secret text)");
+    run("GRANT TRIGGER ON half_read TO indexnow_test_blind");
+    run("GRANT SELECT (id, slug) ON half_read TO indexnow_test_blind");
+    run("CREATE TABLE read_by_column (id int PRIMARY KEY, slug text)");
+    run("GRANT TRIGGER, SELECT (id, slug) ON read_by_column TO indexnow_test_blind");
+    run("CREATE TABLE arrays (k int[] PRIMARY KEY, slug text)");
+    install_error_catcher();
+    run("SET LOCAL ROLE indexnow_test_blind");
+    let cases = [
+        ("SELECT indexnow_watch('unread', url => 'https://www.example.com/{slug}')", "indexnow_watch: permission denied for table public.unread: a watch reads its rows with the rights of the role that makes it, which needs SELECT on it"),
+        ("SELECT indexnow_watch('half_read', url => 'https://www.example.com/{slug}')", "permission denied for table public.half_read"),
+    ];
+    assert_refused(&cases, Some("42501"));
+    run("SELECT indexnow_watch('read_by_column', url => 'https://www.example.com/c/{slug}')");
+    run("RESET ROLE");
+    assert_refused(
+        &[("SELECT indexnow_watch('arrays', url => 'https://www.example.com/a/{slug}')", "public.arrays's primary key column \"k\" is an array")],
+        Some("22023"),
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 1);
+}

@@ -178,6 +178,33 @@ fn check_trigger_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str,
     }
 }
 
+/// Refuses a table whose columns the watch's maker may not all read: every derivation reads its
+/// rows as the maker, and one that cannot read them derives nothing until it may (and a watch
+/// made so took no baseline: then every row was announced as new).
+fn check_select_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str) {
+    let may: Option<bool> = spi(
+        "checking privileges",
+        Spi::get_one_with_args(
+            "SELECT pg_catalog.has_table_privilege($1, $2, 'SELECT') \
+                 OR coalesce(pg_catalog.bool_and( \
+                        pg_catalog.has_column_privilege($1, $2, a.attnum, 'SELECT')), true) \
+               FROM pg_catalog.pg_attribute a \
+              WHERE a.attrelid = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[caller.into(), table.into()],
+        ),
+    );
+    if may != Some(true) {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "indexnow_watch: permission denied for table {label}: a watch reads its rows with \
+                 the rights of the role that makes it, which needs SELECT on it"
+            )
+        );
+    }
+}
+
 /// Refuses a table whose rows the current role (the watch's maker) could not all read, or that
 /// outlives no session: every derivation reads the rows as the maker, and a row it cannot see
 /// would be taken as removed. Row-level security that applies to the maker is refused here and
@@ -415,6 +442,17 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
              columns must be of built-in types (or domains over them)"
         ));
     }
+    // SAFETY: a catalog lookup of a type that exists (the column has it).
+    if let Some((column, _)) = table.key_types.iter().find(
+        |(_, t)| unsafe { pg_sys::get_element_type(pg_sys::getBaseType(*t)) } != pg_sys::InvalidOid,
+    ) {
+        watch_error(format!(
+            "{label}'s primary key column \"{column}\" is an array: indexnow keeps a row by its \
+             key as JSON, where an array does not read back as one; watch a table keyed by \
+             scalar columns"
+        ));
+    }
+    check_select_privilege(caller, oid, label);
     let (pattern, source) = checked_url(ext, &table, given);
     // The default list names created_at and updated_at, which many tables lack: those two may be
     // absent; any other unknown name is a mistake worth an error.
