@@ -161,11 +161,14 @@ pub fn key_state(answer: &Answer) -> Option<KeyState> {
     }
 }
 
-/// Retry-After as delay-seconds or an HTTP date; `None` when it is neither.
+/// Retry-After as delay-seconds or an HTTP date; `None` when it is neither. Delay-seconds too
+/// large for a number are as long as any (the longest pause), not a value unread.
 pub fn retry_after_duration(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    let pause = if let Ok(secs) = value.parse::<u64>() {
-        Duration::from_secs(secs)
+    let pause = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        value
+            .parse::<u64>()
+            .map_or(MAX_RETRY_AFTER, Duration::from_secs)
     } else {
         let at = httpdate::parse_http_date(value).ok()?;
         at.duration_since(now).unwrap_or(Duration::ZERO)
@@ -217,6 +220,7 @@ mod tests {
             ("429 Retry-After date passed", status(429, Some("Mon, 30 Nov 2026 11:00:00 GMT"), ""), Outcome::PauseAll { pause: all(0), note: "429 Too Many Requests".into() }),
             ("429 Retry-After nonsense", status(429, Some("soon"), ""), Outcome::PauseAll { pause: all(3600), note: "429 Too Many Requests".into() }),
             ("429 Retry-After a year", status(429, Some("31536000"), ""), Outcome::PauseAll { pause: MAX_RETRY_AFTER, note: "429 Too Many Requests".into() }),
+            ("429 Retry-After past any number", status(429, Some("18446744073709551616"), ""), Outcome::PauseAll { pause: MAX_RETRY_AFTER, note: "429 Too Many Requests".into() }),
             ("403 site verification", status(403, None, r#"{"code":"SiteVerificationNotCompleted"}"#), Outcome::PauseHost { pause: all(900), note: r#"403 site verification not completed: {"code":"SiteVerificationNotCompleted"}"#.into() }),
             ("403 other", status(403, None, "key not valid"), Outcome::Refused { note: "403: key not valid".into() }),
             ("400", status(400, None, "Invalid format"), Outcome::Refused { note: "400: Invalid format".into() }),
