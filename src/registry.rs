@@ -337,6 +337,23 @@ pub fn pause_endpoint(endpoint: &str, until: i64, status: i32, db: u32) {
     };
 }
 
+/// Ends the pause of `endpoint` that runs until `until` (not a later one an answer ordered since),
+/// for every database: someone ended it in one (`DELETE FROM indexnow_backoff`).
+pub fn end_endpoint_pause(endpoint: &str, until: i64) {
+    if !available() {
+        return;
+    }
+    let key = endpoint_key(endpoint);
+    let mut r = REGISTRY.exclusive();
+    if let Some(p) = r
+        .endpoint_pauses
+        .iter_mut()
+        .find(|p| p.endpoint == key && p.until == until)
+    {
+        p.until = 0;
+    }
+}
+
 /// The pause of `endpoint` still running that another database than `db` got, if any: until
 /// when (a `TimestampTz`) and the status that ordered it.
 pub fn endpoint_paused_by_another(endpoint: &str, db: u32) -> Option<(i64, i32)> {

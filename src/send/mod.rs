@@ -513,10 +513,13 @@ impl Pass<'_> {
     }
 
     /// Whether the endpoint ordered a pause through another database of this server (see
-    /// `crate::registry::pause_endpoint`). The first time a process sees that pause, it writes it
+    /// `crate::registry::pause_endpoint`). The first time a worker sees that pause, it writes it
     /// into this database's `indexnow_backoff` too (unless this database's own pause lasts as
     /// long), so that `indexnow_status()`, the sleep until the next due URL and the LOG line when
-    /// sending resumes all go by it as by a pause of its own.
+    /// sending resumes all go by it as by a pause of its own. When that row is gone before the
+    /// pause's end, someone ended the pause here (`DELETE FROM indexnow_backoff`, as README's
+    /// "Clearing a pause" says): it ends for every database of the server. `indexnow_push_now()`
+    /// keeps to the pause without writing it (it would write back a pause just ended).
     fn endpoint_paused_elsewhere(&mut self) -> bool {
         use std::sync::atomic::{AtomicI64, Ordering};
         /// The end of the last shared pause this process wrote into its database.
@@ -528,7 +531,22 @@ impl Pass<'_> {
         else {
             return false;
         };
-        if ADOPTED.load(Ordering::Relaxed) != until {
+        if !matches!(self.session, Session::Worker { .. }) {
+            return true;
+        }
+        if ADOPTED.load(Ordering::Relaxed) == until {
+            let still = self
+                .session
+                .step(|| plan_cache::get_one::<bool>(sql::ALL_PAUSED, &[]));
+            if matches!(still, Ok(Some(false))) {
+                crate::registry::end_endpoint_pause(&self.settings.endpoint, until);
+                log!(
+                    "indexnow: the pause for all hosts (status {status}, answered to another \
+                     database of this server) was ended here; sending resumes in every database"
+                );
+                return false;
+            }
+        } else {
             // SAFETY: reads the clock.
             let left = (until - unsafe { pg_sys::GetCurrentTimestamp() }) as f64 / 1e6;
             let note = format!(

@@ -224,6 +224,10 @@ pub const ADOPT_PAUSE: &str =
                                        note = excluded.note \
       WHERE b.until < excluded.until";
 
+/// Whether all sending is paused in this database now (a pause of scope `*`).
+pub const ALL_PAUSED: &str = "SELECT EXISTS (SELECT FROM @extschema@.indexnow_backoff \
+                               WHERE scope = '*' AND until > clock_timestamp())";
+
 /// Whether a pause ran out (and [`PAUSES_OVER`] has something to end).
 pub const ANY_PAUSE_OVER: &str =
     "SELECT EXISTS (SELECT FROM @extschema@.indexnow_backoff WHERE until <= clock_timestamp())";
