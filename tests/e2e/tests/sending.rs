@@ -1893,3 +1893,46 @@ fn a_page_unpublished_while_the_worker_claims_it_gets_its_removal() {
         sent.len()
     );
 }
+
+/// A page that goes, comes back and goes again while the request announcing it is under way
+/// (a slow endpoint) is owed its removal: the row that came back began to give the URL after the
+/// claim noted it tried, and the second going cancelled every request instead.
+#[test]
+fn a_page_gone_back_and_gone_while_its_request_is_under_way_gets_its_removal() {
+    let receiver = receiver();
+    receiver.set_latency(Duration::from_millis(1_500));
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/p/{{slug}}', visible => 'published'); \
+         INSERT INTO posts VALUES (1, 'flicker', true);"
+    ))
+    .unwrap();
+    wait_until("the request is under way", Duration::from_secs(30), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE claimed_until > now()",
+        ) == 1
+    });
+    for published in [false, true, false] {
+        db.execute("UPDATE posts SET published = $1", &[&published])
+            .unwrap();
+    }
+    wait_until(
+        "the announcement is answered",
+        Duration::from_secs(30),
+        || !accepted_urls(&receiver.received()).is_empty(),
+    );
+    wait_until_settled(&mut db, "everything is sent", Duration::from_secs(60));
+    wait_until("every request is answered", Duration::from_secs(30), || {
+        receiver.received().len() == receiver.arrived()
+    });
+    let sent = accepted_urls(&receiver.received());
+    assert_eq!(
+        sent.get(&format!("https://{HOST}/p/flicker")),
+        Some(&2),
+        "announced, then removed: {sent:?}"
+    );
+}
