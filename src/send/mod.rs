@@ -992,11 +992,21 @@ pub fn sleep_before_next_pass(naptime: Duration, sent: bool) -> Duration {
     let wait: Option<f64> = plan_cache::get_one(&sql::seconds_to_next_due(), &args)
         .unwrap_or_else(|e| error!("indexnow: could not find the next due time: {e}"));
     match wait {
-        Some(s) if s > 0.0 => naptime.min(Duration::try_from_secs_f64(s).unwrap_or(naptime)),
+        Some(s) if s > 0.0 => naptime.min(until_after(s).unwrap_or(naptime)),
         Some(_) if sent => naptime.min(DUE_ALREADY),
         Some(_) => naptime.min(DUE_BUT_UNCLAIMED),
         None => naptime,
     }
+}
+
+/// A sleep of `seconds` rounded up to the next whole millisecond: the latch waits whole
+/// milliseconds, and a sleep cut short wakes the worker a moment before the pause or debounce it
+/// waits for has ended (the pass found the pause still on and the claim, a moment later, found
+/// it over: it sent without the LOG line that sending resumes). `None` when it is no duration.
+fn until_after(seconds: f64) -> Option<Duration> {
+    let millis = (seconds * 1000.0).ceil();
+    (millis.is_finite() && millis >= 0.0 && millis < u64::MAX as f64)
+        .then(|| Duration::from_millis(millis as u64))
 }
 
 /// The pause before the pass after one that sent and left a row due: short, so the row goes at
@@ -1005,3 +1015,20 @@ const DUE_ALREADY: Duration = Duration::from_millis(50);
 
 /// The pause when a row is due that the last pass could not claim.
 const DUE_BUT_UNCLAIMED: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sleep_ends_after_what_it_waits_for_not_a_moment_before() {
+        for (seconds, millis) in [(2.9987, 2_999), (3.0, 3_000), (0.000_1, 1), (0.0, 0)] {
+            let sleep = until_after(seconds).unwrap();
+            // What the latch waits: whole milliseconds.
+            assert_eq!(sleep.as_millis(), millis, "{seconds} s");
+            assert!(sleep.as_secs_f64() >= seconds, "{seconds} s");
+        }
+        assert_eq!(until_after(f64::NAN), None);
+        assert_eq!(until_after(f64::INFINITY), None);
+    }
+}
