@@ -13,7 +13,13 @@
 # After the watched UPDATE of a public column: deriving its change sets as the worker does (one
 # a transaction: indexnow_derive(1) in a loop), in keys per second, the deriving backend's largest private memory (sampled), and single-row saves
 # of the same table meanwhile (pgbench, 1 client): their tps and longest save against the same
-# saves with nothing deriving.
+# saves with nothing deriving. Beside it, under the same saves, the least derivation of the same
+# keys: a fourth table, bare, whose changed rows a statement written by hand for it derives in
+# batches of 10,000 keys (`least_derive`: read the rows, their URL and fingerprint as indexnow
+# does, compare with their sources, write the queue rows and the sources), and the same without
+# the sources write (one write a key, the most any data model keeping a queue row per URL can
+# hope for).
+
 # Single-row saves (pgbench, one client, SAVE_SECONDS each, 3 rounds): plain, watched (a public
 # column, derived in the statement: indexnow.derive_at_write at its default), watched (a public
 # column, recorded: indexnow.derive_at_write = 0), watched (an ignored column only), in
@@ -53,7 +59,7 @@ SELECT indexnow_add_host('www.example.com', 'benchkey-0001');
 DO \$\$
 DECLARE t text;
 BEGIN
-  FOREACH t IN ARRAY ARRAY['plain', 'watched', 'floor'] LOOP
+  FOREACH t IN ARRAY ARRAY['plain', 'watched', 'floor', 'bare'] LOOP
     EXECUTE format('CREATE TABLE %I (id int PRIMARY KEY, slug text NOT NULL, title text, body text,
                     live boolean NOT NULL, sort_order int, updated_at timestamptz)', t);
     EXECUTE format('INSERT INTO %I SELECT g, ''page-'' || g, ''Title '' || g, repeat(md5(g::text), 6),
@@ -105,6 +111,66 @@ BEGIN
   END IF;
 END \$\$;
 SQL
+
+# The least a derivation of a change set must do, written by hand for the bare table and for
+# this benchmark's change (every row keeps its URL, its content changed): the rows of the keys
+# (as a change set holds them), their URL checked and hashed and their fingerprint as indexnow
+# computes them, compared with the sources, then the queue upserted and (with_sources) the
+# sources updated. The same tables as indexnow's, under a watch id no watch has (-1), and its
+# URLs under /b/: nothing of the real watch's is touched. Baseline: the live rows as known.
+psql <<SQL
+INSERT INTO indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, since)
+SELECT -1, jsonb_build_array(r.id), x.url_hash, x.url, x.host,
+       md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug, 'title', r.title,
+                                                'body', r.body, 'live', r.live))::text),
+       '-infinity'
+  FROM bare r CROSS JOIN LATERAL
+       _indexnow_capture_target('https://www.example.com/b/' || r.slug, r.live) x
+ WHERE x.url_hash IS NOT NULL;
+INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, available_at,
+                           settled_seq, settled_reason, last_pushed_at)
+SELECT url, url_hash, host, 'created', now(), now(), now(), 1, 'created', now()
+  FROM indexnow_sources WHERE watch_id = -1;
+VACUUM ANALYZE indexnow_sources; VACUUM ANALYZE indexnow_urls;
+CREATE FUNCTION least_derive(keys jsonb, with_sources boolean) RETURNS bigint
+LANGUAGE sql AS \$\$
+  WITH r AS (
+    SELECT k.row_key, x.url, x.url_hash, x.host,
+           md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug, 'title', r.title,
+                                                    'body', r.body, 'live', r.live))::text) AS fp
+      FROM (SELECT e AS row_key FROM jsonb_array_elements(keys) e) k
+      JOIN bare r ON r.id = (k.row_key ->> 0)::int
+      CROSS JOIN LATERAL
+           _indexnow_capture_target('https://www.example.com/b/' || r.slug, r.live) x),
+  ch AS (
+    SELECT r.* FROM r JOIN indexnow_sources s ON s.watch_id = -1 AND s.row_key = r.row_key
+     WHERE s.url_hash = r.url_hash AND s.fingerprint <> r.fp),
+  q AS (
+    INSERT INTO indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at,
+                                    available_at)
+    SELECT url, url_hash, host, 'changed', now(), now(), now() FROM ch
+    ON CONFLICT (url_hash) DO UPDATE SET reason = excluded.reason,
+       changed_at = excluded.changed_at, queued_at = excluded.queued_at,
+       available_at = excluded.available_at, request_seq = u.request_seq + 1
+    RETURNING 1),
+  s AS (
+    UPDATE indexnow_sources s SET fingerprint = ch.fp FROM ch
+     WHERE with_sources AND s.watch_id = -1 AND s.row_key = ch.row_key
+    RETURNING 1)
+  SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM s)
+\$\$;
+SQL
+# Derives the bare table's ROWS changed rows with least_derive, 10,000 keys a transaction (as
+# the worker derives change sets); $1 is with_sources. Prints the milliseconds it took.
+least_derive_all() {
+  local start lo
+  start=$(date +%s%N)
+  for lo in $(seq 1 10000 "$ROWS"); do
+    psql -Atc "SELECT least_derive((SELECT jsonb_agg(jsonb_build_array(g))
+                                      FROM generate_series($lo, $((lo + 9999))) g), $1)" >/dev/null
+  done
+  echo $(( ($(date +%s%N) - start) / 1000000 ))
+}
 
 # Prints the milliseconds of "UPDATE ...; CHECKPOINT" on table $1 with SET clause $2.
 timed_update() {
@@ -171,6 +237,20 @@ for round in $(seq 1 "$ROUNDS"); do
                  printf "%-6s %-14s %9d ms: %.0f keys/s, %.1f MiB at most; saves meanwhile %d tps (longest %s ms), alone %d tps (longest %s ms)\n",
                         r, "derive", ms, n * 1000 / ms, kib / 1024, x[1], x[2], y[1], y[2] }'
       echo "       queued now: $(pending) pending (was $before)"
+      # The least derivation of the same change on the bare table, under the same saves: with
+      # both writes, then with the queue write alone.
+      for sources in true false; do
+        psql -c "UPDATE bare SET $set_clause" -c "CHECKPOINT"
+        least_derive_all "$sources" > "$dir/least_ms" &
+        deriving=$!
+        saves 4 >/dev/null
+        wait "$deriving"
+        least_ms=$(cat "$dir/least_ms")
+        awk -v r="$round" -v n="$ROWS" -v ms="$least_ms" -v ours="$took_ms" -v s="$sources" \
+          'BEGIN { printf "%-6s %-14s %9d ms: %.0f keys/s, by hand %s; derive × least %.2f\n",
+                          r, "least derive", ms, n * 1000 / ms,
+                          s == "true" ? "(queue and sources)" : "(queue only: one write a key)", ours / ms }'
+      done
     fi
     # Settle what was queued, so each round starts from the same queue state.
     psql -c "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, last_pushed_at = clock_timestamp()" -c "VACUUM indexnow_urls"
