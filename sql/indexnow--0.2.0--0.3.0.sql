@@ -243,7 +243,9 @@ UPDATE @extschema@.indexnow_watches
 -- A row that starts giving a URL search engines know as live takes that URL's last push as the
 -- time since it gave it (src/capture/statements.rs): before, only a URL whose removal was
 -- pending did, and the removal of a URL another row had given (a new key, a second row, a page
--- moved between watched tables, a page of the baseline republished) was cancelled unsent.
+-- moved between watched tables, a page of the baseline republished) was cancelled unsent. And a
+-- URL with a request tried since its last push, never answered (it may have arrived), takes the
+-- time it was tried.
 UPDATE @extschema@.indexnow_watches
    SET derive_keys = pg_catalog.replace(derive_keys, old_since, new_since),
        derive_all = pg_catalog.replace(derive_all, old_since, new_since)
@@ -252,7 +254,8 @@ UPDATE @extschema@.indexnow_watches
           || '''deleted'', ''gone'', ''untranslated'') AND u.last_pushed_at IS NOT NULL '
           || 'THEN u.last_pushed_at',
           'WHEN coalesce(u.settled_reason NOT IN (''moved'', ''unpublished'', ''deleted'', '
-          || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'')'
+          || '''gone'', ''untranslated''), false) THEN coalesce(u.last_pushed_at, ''-infinity'') '
+          || 'WHEN u.tried_at > coalesce(u.last_pushed_at, ''-infinity'') THEN u.tried_at'
        )) AS since_rule (old_since, new_since);
 
 -- A derivation locks the queue rows of the URLs going away before it reads whether search engines

@@ -1572,6 +1572,36 @@ fn a_known_url_given_by_another_row_is_still_removed() {
     assert_eq!(pending(), format!("{} deleted", url("twice")));
 }
 
+/// A URL whose request was tried and never answered (a timeout, a killed worker, a 5xx: it may
+/// have arrived) may be known to search engines: a row that gives it next, under a new key (an
+/// ORM's delete and insert), owes its removal. It was cancelled, the new row's `since` taken as
+/// now. A URL whose last accepted push was its removal is new again: no removal is owed for it.
+#[pg_test]
+fn a_url_tried_without_an_answer_and_given_by_another_row_is_still_removed() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}')");
+    // Tried, no answer: the request stays pending, as a worker leaves it.
+    let tried = || run("UPDATE indexnow_urls SET tried_at = clock_timestamp()");
+    run("INSERT INTO pages VALUES (1, 'tried')");
+    tried();
+    run("UPDATE pages SET id = 2 WHERE id = 1");
+    run("DELETE FROM pages WHERE id = 2");
+    assert_eq!(pending(), "https://www.example.com/tried deleted");
+    // Its removal accepted: the URL is gone for search engines. Given again, by a new key too,
+    // and gone before it was told: nothing to send.
+    pushed();
+    run("INSERT INTO pages VALUES (3, 'tried')");
+    run("UPDATE pages SET id = 4 WHERE id = 3");
+    run("DELETE FROM pages WHERE id = 4");
+    assert_eq!(pending(), "");
+    // Given again and tried, then taken over by a new key and gone: the removal is owed.
+    run("INSERT INTO pages VALUES (5, 'tried')");
+    tried();
+    run("UPDATE pages SET id = 6 WHERE id = 5");
+    run("DELETE FROM pages WHERE id = 6");
+    assert_eq!(pending(), "https://www.example.com/tried deleted");
+}
+
 /// An ignored column that the watch's `visible` or `url_sql` reads is no content change, but a
 /// change to it can hide the page or move its URL: the UPDATE gate compares it all the same, and
 /// the derivation decides (it compares the URL and visibility whatever the fingerprint says).

@@ -349,6 +349,13 @@ impl WatchDefinition {
     /// sender's hands (a live lease) may be being told of now, whatever row gave it since: a
     /// page that went, came back and went again while its request was under way is owed its
     /// removal (the row that came back began to give the URL after `tried_at`).
+    ///
+    /// A row that starts giving a URL (`kept`) gives it `since` a moment search engines may have
+    /// heard of it: the URL's last push when they were last told of it as live; when a request
+    /// was tried after the last push and never answered (a timeout, a killed worker, a 5xx: it may
+    /// have arrived), when it was tried; else now. So a row that takes over a URL (an ORM's new
+    /// key, a second row) owes the removal of what may have reached them, and a URL whose last
+    /// accepted push was its removal is new again.
     fn derive(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
@@ -430,6 +437,8 @@ impl WatchDefinition {
                       ch.new_pub_at, \
                       CASE WHEN ch.old_hash = ch.new_hash THEN ch.since \
                            WHEN {known_live} THEN coalesce(u.last_pushed_at, '-infinity') \
+                           WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') \
+                             THEN u.tried_at \
                            ELSE clock_timestamp() END \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \

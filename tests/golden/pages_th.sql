@@ -70,7 +70,7 @@ FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
 INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') ELSE clock_timestamp() END
+SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
@@ -149,7 +149,7 @@ FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
 INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') ELSE clock_timestamp() END
+SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
