@@ -261,9 +261,7 @@ UPDATE @extschema@.indexnow_watches
 -- A derivation locks the queue rows of the URLs going away before it reads whether search engines
 -- may know them (src/capture/statements.rs, the CTE gu): a sender's claim committing meanwhile is
 -- seen, and the URL gets its removal, where the statement's snapshot would not show the claim
--- and its request was cancelled while the announcement went out. And a URL in a sender's hands
--- (a live lease) counts as told of: a page gone, back and gone again while its request was under
--- way was cancelled.
+-- and its request was cancelled while the announcement went out.
 DO $gone$
 DECLARE
     ext text := (SELECT '"' || pg_catalog.replace(n.nspname, '"', '""') || '"'
@@ -272,22 +270,19 @@ DECLARE
                   WHERE e.extname = 'indexnow');
     old_gone text := 'given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), gone AS (';
     new_gone text := 'given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), gu AS ( '
-        || 'SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at, '
-        || 'u.claimed_until FROM ' || ext || '.indexnow_urls u '
+        || 'SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at '
+        || 'FROM ' || ext || '.indexnow_urls u '
         || 'WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL '
         || 'AND old_hash IS DISTINCT FROM new_hash) '
         || 'ORDER BY u.url_hash FOR NO KEY UPDATE OF u), gone AS (';
     old_join text := 'FROM pr JOIN ' || ext || '.indexnow_urls u ON u.url_hash = pr.old_hash';
     new_join text := 'FROM pr JOIN gu u ON u.url_hash = pr.old_hash';
-    old_told text := 'OR coalesce(u.tried_at >= pr.since, false) AS announced';
-    new_told text := 'OR coalesce(u.tried_at >= pr.since, false) '
-        || 'OR coalesce(u.claimed_until > now(), false) AS announced';
 BEGIN
     UPDATE @extschema@.indexnow_watches
-       SET derive_keys = pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-                           derive_keys, old_gone, new_gone), old_join, new_join), old_told, new_told),
-           derive_all = pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-                           derive_all, old_gone, new_gone), old_join, new_join), old_told, new_told);
+       SET derive_keys = pg_catalog.replace(pg_catalog.replace(derive_keys, old_gone, new_gone),
+                                            old_join, new_join),
+           derive_all = pg_catalog.replace(pg_catalog.replace(derive_all, old_gone, new_gone),
+                                           old_join, new_join);
 END
 $gone$;
 

@@ -345,17 +345,17 @@ impl WatchDefinition {
     /// queueing what changed and what is gone. The queue rows of the URLs going away are locked
     /// (`gu`) before `announced` is read from them: a sender's claim committing meanwhile (it
     /// notes `tried_at`, the request is on its way) is seen, and the URL gets its removal, where
-    /// the statement's own snapshot would not show the claim and cancel the request. A URL in a
-    /// sender's hands (a live lease) may be being told of now, whatever row gave it since: a
-    /// page that went, came back and went again while its request was under way is owed its
-    /// removal (the row that came back began to give the URL after `tried_at`).
+    /// the statement's own snapshot would not show the claim and cancel the request.
     ///
     /// A row that starts giving a URL (`kept`) gives it `since` a moment search engines may have
     /// heard of it: the URL's last push when they were last told of it as live; when a request
     /// was tried after the last push and never answered (a timeout, a killed worker, a 5xx: it may
     /// have arrived), when it was tried; else now. So a row that takes over a URL (an ORM's new
     /// key, a second row) owes the removal of what may have reached them, and a URL whose last
-    /// accepted push was its removal is new again.
+    /// accepted push was its removal is new again. (A page that went, came back and went again
+    /// while its request was under way is owed its removal so: the row that came back took the
+    /// claim's `tried_at`. A lease alone says nothing: a dry run's claim and a scheduled page's,
+    /// before its re-read, tell search engines nothing.)
     fn derive(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
@@ -392,8 +392,7 @@ impl WatchDefinition {
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
              gu AS ( \
-               SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at, \
-                      u.claimed_until \
+               SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at \
                  FROM {ext}.indexnow_urls u \
                 WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL \
                                         AND old_hash IS DISTINCT FROM new_hash) \
@@ -404,8 +403,7 @@ impl WatchDefinition {
                       CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' \
                            ELSE {hidden} END AS reason, \
                       ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) \
-                        OR coalesce(u.tried_at >= pr.since, false) \
-                        OR coalesce(u.claimed_until > now(), false) AS announced \
+                        OR coalesce(u.tried_at >= pr.since, false) AS announced \
                  FROM pr JOIN gu u ON u.url_hash = pr.old_hash \
                 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash \
                   AND NOT EXISTS (SELECT FROM given g WHERE g.new_hash = pr.old_hash) \

@@ -36,14 +36,14 @@ LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at, u.claimed_until
+SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) OR coalesce(u.claimed_until > now(), false) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
@@ -115,14 +115,14 @@ LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at, u.claimed_until
+SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) OR coalesce(u.claimed_until > now(), false) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
