@@ -769,6 +769,26 @@ fn unwatch_and_a_new_watch_keep_the_old_watchs_removals_owed() {
     assert_eq!(pending(), "https://www.example.com/thai/a deleted");
 }
 
+/// An unwatched pattern's URL whose request was tried and never answered (it may have arrived)
+/// is owed its removal when the table is reconciled; one never tried is cancelled. Only a live
+/// lease counted there: the tried one was cancelled too.
+#[pg_test]
+fn an_unwatched_url_tried_without_an_answer_is_still_removed() {
+    run("CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/old/{slug}')");
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/new/{slug}')");
+    run("INSERT INTO pages VALUES (1, 'tried'), (2, 'never')");
+    run("UPDATE indexnow_urls SET tried_at = clock_timestamp() WHERE url LIKE '%/old/tried'");
+    run("SELECT indexnow_unwatch('pages', 'https://www.example.com/old/{slug}')");
+    run("SELECT * FROM indexnow_reconcile('pages')");
+    assert_eq!(
+        pending(),
+        "https://www.example.com/new/never created\n\
+         https://www.example.com/new/tried created\n\
+         https://www.example.com/old/tried gone"
+    );
+}
+
 #[pg_test]
 fn two_watches_giving_one_url_keep_their_own_fingerprints() {
     run("CREATE TABLE items (id int PRIMARY KEY, slug text, body text, note text)");

@@ -772,8 +772,9 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
 }
 
 /// The URLs of the table's unwatched watches: their sources are given up, and each URL no other
-/// watch gives is removed (`reason`) if search engines were told of it, else its request is
-/// cancelled. Run by TRUNCATE and reconcile, which are when a table's whole content is known.
+/// watch gives is removed (`reason`) if search engines were told of it (or may have been: a
+/// request tried since, its answer lost), else its request is cancelled, as a derivation decides
+/// (`super::statements`). Run by TRUNCATE and reconcile, which are when a table's whole content is known.
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     // Most tables have no unwatched watch: then nothing is written (a write to the watch table
     // makes every backend read its watches again, `super::cache`).
@@ -797,7 +798,7 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
          gone AS ( \
            SELECT DISTINCT ON (g.url_hash) g.url_hash, g.url, g.host, u.request_seq, \
                   ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= g.since) \
-                    OR coalesce(u.claimed_until > now(), false) AS announced \
+                    OR coalesce(u.tried_at >= g.since, false) AS announced \
              FROM gs g JOIN {ext}.indexnow_urls u ON u.url_hash = g.url_hash \
             WHERE NOT EXISTS (SELECT FROM {ext}.indexnow_sources s \
                                WHERE s.url_hash = g.url_hash \
