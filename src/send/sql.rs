@@ -145,6 +145,9 @@ pub enum Settle {
     /// The endpoint accepted the batch. Only the requests the claim saw are settled: a request
     /// that arrived since keeps `request_seq > settled_seq` (behaviour 14), and
     /// `pushed_changed_at` is the content the push carried, so a change since is still a change.
+    /// A live page whose request a derivation cancelled while it was being sent (it went away,
+    /// and nothing said search engines might know it: `indexnow_push_now()` claims by reading,
+    /// noting nothing) is known to them now: its removal is requested again, as a change.
     Accepted,
     /// The endpoint refused the batch (a 4xx that is not a pause): the requests it carried are
     /// settled as failed, with the answer kept (`$6` status, `$7` note), and not retried until a
@@ -179,18 +182,28 @@ pub enum Locate {
 pub fn settle(settle: Settle, locate: Locate) -> String {
     let set = match settle {
         Settle::Accepted => {
-            "last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, \
-             settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
-             failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL"
+            let cancelled_removal = format!(
+                "u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq \
+                 AND u.reason IN ({removals}) AND c.reason NOT IN ({removals})",
+                removals = crate::queue::removal_list()
+            );
+            format!(
+                "last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, \
+                 settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
+                 request_seq = CASE WHEN {cancelled_removal} THEN u.request_seq + 1 \
+                                    ELSE u.request_seq END, \
+                 changed_at = CASE WHEN {cancelled_removal} THEN clock_timestamp() \
+                                   ELSE u.changed_at END, \
+                 failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL"
+            )
         }
-        Settle::Refused => {
-            "failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, \
+        Settle::Refused => "failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, \
              settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
              claimed_until = NULL"
-        }
-        Settle::DryRun => "dry_run_seq = c.request_seq, claimed_until = NULL",
+            .into(),
+        Settle::DryRun => "dry_run_seq = c.request_seq, claimed_until = NULL".into(),
         Settle::Release => {
-            "claimed_until = NULL, tried_at = greatest(u.tried_at, clock_timestamp())"
+            "claimed_until = NULL, tried_at = greatest(u.tried_at, clock_timestamp())".into()
         }
     };
     let found = match locate {

@@ -1936,3 +1936,58 @@ fn a_page_gone_back_and_gone_while_its_request_is_under_way_gets_its_removal() {
         "announced, then removed: {sent:?}"
     );
 }
+
+/// A page unpublished while `indexnow_push_now()` sends its announcement (a slow endpoint) gets
+/// its removal: `indexnow_push_now()` claims by reading, noting nothing, so the derivation of the
+/// unpublish found nothing saying search engines might know the page and cancelled its request;
+/// then the endpoint accepted the announcement, and nothing was left to remove it.
+#[test]
+fn a_page_unpublished_while_push_now_sends_it_gets_its_removal() {
+    let receiver = receiver();
+    receiver.set_latency(Duration::from_millis(1_500));
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: sending_conf(&receiver.endpoint(), &[]),
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/p/{{slug}}', visible => 'published'); \
+         INSERT INTO posts VALUES (1, 'pushed', true);"
+    ))
+    .unwrap();
+    let mut editor = cluster.connect("site");
+    let pushing = std::thread::spawn(move || {
+        db.query_one("SELECT url_count FROM indexnow_push_now()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+    });
+    wait_until("the request is under way", SECONDS(20), || {
+        receiver.arrived() == 1
+    });
+    editor
+        .execute("UPDATE posts SET published = false", &[])
+        .unwrap();
+    assert_eq!(pushing.join().unwrap(), 1, "the announcement was sent");
+    let owed = editor
+        .query_one(
+            "SELECT reason FROM indexnow_urls WHERE request_seq > settled_seq",
+            &[],
+        )
+        .map(|r| r.get::<_, String>(0));
+    assert_eq!(
+        owed.ok().as_deref(),
+        Some("unpublished"),
+        "the removal is owed"
+    );
+    editor
+        .query_one("SELECT url_count FROM indexnow_push_now()", &[])
+        .unwrap();
+    let sent = accepted_urls(&receiver.received());
+    assert_eq!(
+        sent.get(&format!("https://{HOST}/p/pushed")),
+        Some(&2),
+        "announced, then removed: {sent:?}"
+    );
+}
