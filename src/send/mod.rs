@@ -542,7 +542,7 @@ impl Pass<'_> {
                 crate::registry::end_endpoint_pause(&self.settings.endpoint, until);
                 log!(
                     "indexnow: the pause for all hosts (status {status}, answered to another \
-                     database of this server) was ended here; sending resumes in every database"
+                     database of this server) was ended in this database; sending resumes"
                 );
                 return false;
             }
