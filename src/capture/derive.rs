@@ -774,7 +774,8 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
 /// The URLs of the table's unwatched watches: their sources are given up, and each URL no other
 /// watch gives is removed (`reason`) if search engines were told of it (or may have been: a
 /// request tried since, its answer lost), else its request is cancelled, as a derivation decides
-/// (`super::statements`). Run by TRUNCATE and reconcile, which are when a table's whole content is known.
+/// (`super::statements`). Run by TRUNCATE and reconcile, which are when a table's whole content
+/// is known.
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     // Most tables have no unwatched watch: then nothing is written (a write to the watch table
     // makes every backend read its watches again, `super::cache`).
