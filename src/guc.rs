@@ -5,7 +5,8 @@
 //! session, and `pg_reload_conf()` makes the worker take them up. A
 //! role that may only write content tables cannot change how (or whether) URLs are sent; on
 //! PostgreSQL 15 a superuser can hand one setting to a role with `GRANT SET ON PARAMETER`.
-//! `indexnow.endpoint` decides where keys are sent, so it is also hidden from non-superusers.
+//! `indexnow.endpoint` decides where keys are sent, so it is also hidden from roles that are
+//! neither superusers nor members of `pg_read_all_settings` (PostgreSQL lets those read it).
 
 use crate::queue::due::DueRule;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};

@@ -1,8 +1,16 @@
 //! The background process a sending pass runs in, as PostgreSQL sees it: what it shows in
-//! `pg_stat_activity`, the statistics it reports, and whether it was told to stop. Used by the
-//! workers (`crate::worker`) and by the pass itself (`crate::send`).
+//! `pg_stat_activity`, the statistics it reports, whether it was told to stop, and how it waits.
+//! Used by the workers (`crate::worker`) and by the pass itself (`crate::send`).
+//!
+//! Every wait of a worker is a wait on its latch that ends the process when the postmaster dies
+//! (a worker that outlives a crashed postmaster keeps its shared memory in use, and `pg_ctl
+//! start` fails until it exits) and handles the interrupts any backend must (a procsignal
+//! barrier, which `DROP DATABASE`, `DROP TABLESPACE` and `ALTER DATABASE ... SET TABLESPACE` of
+//! any database wait for; a cancel; `pg_log_backend_memory_contexts()`), also while a request is
+//! under way in another thread.
 
 use pgrx::pg_sys;
+use std::time::Duration;
 
 /// Whether this worker was told to stop (SIGTERM: a shutdown, `pg_terminate_backend()`, or a
 /// command that needs the database to itself). Stays true once set: pgrx's own
@@ -10,6 +18,20 @@ use pgrx::pg_sys;
 pub fn told_to_stop() -> bool {
     // SAFETY: a sig_atomic_t the SIGTERM handler sets; read, never written here.
     unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
+}
+
+/// Waits up to `at_most` on this process's latch: at once gone with the postmaster, and with
+/// the interrupts that came meanwhile handled (see the module's comment).
+pub fn wait_a_moment(at_most: Duration) {
+    let ms = at_most.as_millis().min(i64::MAX as u128) as std::ffi::c_long;
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32;
+    // SAFETY: this process's own latch, waited on by its main thread, as PostgreSQL's own
+    // processes wait; the interrupts are handled outside any critical section.
+    unsafe {
+        pg_sys::WaitLatch(pg_sys::MyLatch, events, ms, pg_sys::PG_WAIT_EXTENSION);
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pgrx::check_for_interrupts!();
 }
 
 /// Sends what this process wrote to the statistics system (`pg_stat_user_tables`, which
@@ -22,8 +44,13 @@ pub fn report_statistics(force: bool) {
     }
 }
 
-/// Shows `what` as this worker's `query` in `pg_stat_activity`, its `state` active when `busy`.
+/// Shows `what` as this worker's `query` in `pg_stat_activity`, its `state` active when `busy`;
+/// nothing in a client's backend, whose own statement is what it shows.
 pub fn report_activity(what: &str, busy: bool) {
+    // SAFETY: a flag set once at the process's start.
+    if !unsafe { pg_sys::IsBackgroundWorker } {
+        return;
+    }
     let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
     let state = if busy {
         pg_sys::BackendState::STATE_RUNNING

@@ -787,7 +787,6 @@ fn a_key_failure_is_a_refusal_that_rejects_the_key() {
         (422, "KeyLocation is not on the host"),
         (422, "URLs do not belong to the host"),
         (400, "Invalid format"),
-        (405, ""),
     ];
     for (code, body) in refusals {
         let answer = Answer::Status {
@@ -795,7 +794,7 @@ fn a_key_failure_is_a_refusal_that_rejects_the_key() {
             retry_after: None,
             body: body.to_string(),
         };
-        let outcome = classify(&answer, &backoffs, std::time::SystemTime::now());
+        let outcome = classify(&answer, &backoffs, std::time::SystemTime::now(), 0);
         assert!(matches!(outcome, Outcome::Refused { .. }), "{code} {body}");
         let rust = key_state(&answer) == Some(KeyState::Rejected);
         let sql = Spi::get_one_with_args::<bool>(

@@ -630,6 +630,20 @@ fn derive_taken(
             Some(keys) => Rows::Keyed(keys.clone()),
             None => Rows::All,
         };
+        // What a worker shows in pg_stat_activity meanwhile (a slow watch expression is seen
+        // there, by its table and pattern).
+        let what = match &taken.keys {
+            Some(Value::Array(keys)) => format!("{} changed rows", keys.len()),
+            Some(_) => "changed rows".to_string(),
+            None => "every row".to_string(),
+        };
+        crate::process::report_activity(
+            &format!(
+                "indexnow: deriving {what} of {} for {}",
+                watch.table, watch.pattern
+            ),
+            true,
+        );
         match derive_with(&watch, rows, Reason::Deleted, Deriver::ChangeSet(settings)) {
             Ok((_, w)) => wrote |= w,
             Err(unfinished) => {

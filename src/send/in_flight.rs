@@ -4,14 +4,19 @@
 //! host: `super::Pass` sees to that), and a worker told to stop gets out of the way at once,
 //! whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint that hangs
 //! holds a request up to `http_timeout`): it leaves them, and starts no new one.
+//!
+//! While it waits for answers, the sender's own thread waits as PostgreSQL's processes wait
+//! (`crate::process::wait_a_moment`, given as `wait`): it is gone at once with the postmaster and
+//! absorbs every barrier and interrupt meanwhile, so that no DDL of any database waits for a
+//! request, and a crashed server can restart while an endpoint hangs.
 
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{Answer, SubmitRequest};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
-/// How often a sender waiting for answers looks whether it must stop.
-const LOOK_EVERY: Duration = Duration::from_millis(20);
+/// How often a sender waiting for answers looks for one (and whether it must stop).
+const LOOK_EVERY: Duration = Duration::from_millis(10);
 
 /// The requests a sender has open; `T` is what it needs to record each answer.
 pub struct Requests<T> {
@@ -95,11 +100,16 @@ impl<T> Requests<T> {
         }
     }
 
-    /// Waits for the next answer. `None` when `stop()` became true first: the requests stay
-    /// open (see [`Requests::leave_all`]).
-    pub fn next_answer(&mut self, stop: impl Fn() -> bool) -> Option<Answered<T>> {
+    /// Waits for the next answer, looking for one after each `wait` of at most [`LOOK_EVERY`]
+    /// (which handles what the process must meanwhile). `None` when `stop()` became true first:
+    /// the requests stay open (see [`Requests::leave_all`]).
+    pub fn next_answer(
+        &mut self,
+        mut wait: impl FnMut(Duration),
+        stop: impl Fn() -> bool,
+    ) -> Option<Answered<T>> {
         loop {
-            match self.answers.recv_timeout(LOOK_EVERY) {
+            match self.answers.try_recv() {
                 Ok((id, answer)) => {
                     let Some(at) = self.open.iter().position(|o| o.id == id) else {
                         continue; // of a request already left
@@ -111,10 +121,10 @@ impl<T> Requests<T> {
                         took: open.started.elapsed(),
                     });
                 }
-                Err(RecvTimeoutError::Timeout) if stop() => return None,
-                Err(RecvTimeoutError::Timeout) => {}
+                Err(TryRecvError::Empty) if stop() => return None,
+                Err(TryRecvError::Empty) => wait(LOOK_EVERY),
                 // Never: `self` keeps a sender of its own.
-                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(TryRecvError::Disconnected) => return None,
             }
         }
     }

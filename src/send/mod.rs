@@ -6,10 +6,16 @@
 //! due, `naptime` has passed, the endpoint orders a pause, or the worker is told to stop. The
 //! answer decides (see `indexnow_protocol::response`):
 //! - accepted: the claimed requests are settled (only those: behaviour 14);
-//! - refused (4xx): settled as failed, the status and the body kept;
-//! - pause (429, 5xx, network): the claim is given back, a pause is written to
-//!   `indexnow_backoff`, and no new request starts (for all hosts, or for this host after a
-//!   site-verification 403); the answers of requests already in flight are still recorded.
+//! - refused (400, 422, 403 of the key): settled as failed, the status and the body kept;
+//! - too large (413): the claim is given back, and the host's next requests carry half as many;
+//! - pause (429, 5xx, network, an answer about the endpoint): the claim is given back, a pause is
+//!   written to `indexnow_backoff`, and no new request starts (for all hosts, or for this host
+//!   after a site-verification 403); the answers of requests already in flight are still
+//!   recorded.
+//!
+//! What an answer says is redacted of the host's key and key file before anything keeps or logs
+//! it (`indexnow_protocol::response::redact`): an endpoint or proxy that echoes the request must
+//! not put the key where roles without it read.
 //!
 //! Every request (and every dry-run decision) is one `indexnow_pushes` row.
 //!
@@ -440,21 +446,33 @@ impl Pass<'_> {
     /// request in flight.
     fn take_an_answer(&mut self) {
         let session = self.session;
-        let answered = self.requests.next_answer(|| {
-            if session == Session::PushNow {
-                // A cancel or statement_timeout of the caller ends its call (nothing recorded:
-                // the transaction aborts and the URLs stay due).
-                pgrx::check_for_interrupts!();
-            }
-            session.told_to_stop()
-        });
+        // (a cancel or statement_timeout of push_now's caller ends its call: nothing is
+        // recorded, the transaction aborts and the URLs stay due)
+        let answered = self
+            .requests
+            .next_answer(crate::process::wait_a_moment, || session.told_to_stop());
         match answered {
             Some(a) => {
-                let status = a.answer.status_code() as i32;
-                let outcome = classify(&a.answer, &self.settings.backoffs, SystemTime::now());
+                let host = &a.what.host;
+                let answer = a.answer.redacted(&host.key, host.key_location.as_deref());
+                let status = answer.status_code() as i32;
+                let throttled_before = if status == 429 {
+                    session.step(throttled_in_a_row)
+                } else {
+                    0
+                };
+                let mut outcome = classify(
+                    &answer,
+                    &self.settings.backoffs,
+                    SystemTime::now(),
+                    throttled_before,
+                );
+                if let Outcome::TooLarge { note } = &outcome {
+                    outcome = split_batches(&host.host, a.what.claimed.len(), note, self.settings);
+                }
                 self.settle(
                     a.what,
-                    Decision::Answered(status, outcome, key_state(&a.answer)),
+                    Decision::Answered(status, outcome, key_state(&answer)),
                     a.took,
                 );
             }
@@ -627,9 +645,19 @@ impl Decision {
                                stay due"
                 .to_string(),
             Decision::Answered(_, Outcome::Accepted, _) => String::new(),
+            Decision::Answered(
+                _,
+                Outcome::PauseAll {
+                    note,
+                    act: Some(act),
+                    ..
+                },
+                _,
+            ) => format!("{note} ({act})"),
             Decision::Answered(_, Outcome::PauseAll { note, .. }, _)
             | Decision::Answered(_, Outcome::PauseHost { note, .. }, _)
-            | Decision::Answered(_, Outcome::Refused { note }, _) => note.clone(),
+            | Decision::Answered(_, Outcome::Refused { note }, _)
+            | Decision::Answered(_, Outcome::TooLarge { note }, _) => note.clone(),
         }
     }
 }
@@ -657,6 +685,16 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
                 log!("indexnow: sent {urls} URLs for {host}: status {status} in {ms} ms{note}");
             }
             match outcome {
+                Outcome::PauseAll {
+                    pause,
+                    act: Some(act),
+                    ..
+                } => warning!(
+                    "indexnow: sending paused for {} s, for all hosts: status {status} from {} \
+                     is an answer about the endpoint, not the URLs; {act}",
+                    pause.as_secs(),
+                    settings.endpoint
+                ),
                 Outcome::PauseAll { pause, .. } => log!(
                     "indexnow: sending paused for {} s, for all hosts (status {status} from {})",
                     pause.as_secs(),
@@ -666,7 +704,7 @@ fn log_request(host: &str, urls: usize, decision: &Decision, took: f64, settings
                     "indexnow: sending for {host} paused for {} s (status {status})",
                     pause.as_secs()
                 ),
-                Outcome::Accepted | Outcome::Refused { .. } => {}
+                Outcome::Accepted | Outcome::Refused { .. } | Outcome::TooLarge { .. } => {}
             }
         }
     }
@@ -723,6 +761,45 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     .unwrap_or_else(|e| error!("indexnow: could not list the hosts to send for: {e}"))
 }
 
+thread_local! {
+    /// The largest batch each host's endpoint took, after a 413 (see [`split_batches`]).
+    static BATCH_CAPS: std::cell::RefCell<std::collections::HashMap<String, i64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// How many URLs the next request for `host` may carry: `batch_size`, or less after the
+/// endpoint answered 413 to a larger one.
+fn batch_size_for(host: &str, settings: &Settings) -> i64 {
+    let cap = BATCH_CAPS.with(|caps| caps.borrow().get(host).copied());
+    cap.map_or(settings.batch_size, |cap| cap.min(settings.batch_size))
+}
+
+/// A 413 (the request too large for the endpoint): the URLs stay due, and this process sends the
+/// host's in requests of half as many from now on (until it exits). A request of one URL that is
+/// too large is an answer about the endpoint: all sending pauses, loudly.
+fn split_batches(host: &str, carried: usize, note: &str, settings: &Settings) -> Outcome {
+    if carried <= 1 {
+        return Outcome::PauseAll {
+            pause: settings.backoffs.unavailable,
+            note: note.to_string(),
+            act: Some("check indexnow.endpoint: it refuses a request of one URL as too large"),
+        };
+    }
+    let half = (carried / 2) as i64;
+    BATCH_CAPS.with(|caps| caps.borrow_mut().insert(host.to_string(), half));
+    Outcome::TooLarge {
+        note: format!("{note}; sent again in requests of at most {half} URLs"),
+    }
+}
+
+/// How many answers in a row were 429 (see `sql::THROTTLED_IN_A_ROW`).
+fn throttled_in_a_row() -> u32 {
+    plan_cache::get_one::<i32>(sql::THROTTLED_IN_A_ROW, &[])
+        .ok()
+        .flatten()
+        .map_or(0, |n| n.max(0) as u32)
+}
+
 /// Claims the next batch of one host: how many due rows it took, and those left to send once the
 /// scheduled pages among them were re-read. `None` when the worker may not claim now because an
 /// `indexnow_push_now()` holds the pass lock.
@@ -736,7 +813,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
     }
     let mut args = settings.claim_args(now());
     args.push(host.into());
-    args.push(settings.batch_size.into());
+    args.push(batch_size_for(host, settings).into());
     args.push(settings.lease().into());
     let query = match session {
         Session::Worker { .. } => sql::claim_with_lease(),
@@ -886,6 +963,7 @@ fn record(batch: &Batch, decision: &Decision, took: f64) {
         Decision::Answered(_, Outcome::PauseHost { pause, .. }, _) => {
             (Settle::Release, Some((host, *pause)))
         }
+        Decision::Answered(_, Outcome::TooLarge { .. }, _) => (Settle::Release, None),
     };
     let (status, note) = (decision.status(), decision.note());
     let note = note.as_str();

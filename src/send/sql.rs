@@ -241,6 +241,15 @@ pub const ADOPT_PAUSE: &str =
 pub const ALL_PAUSED: &str = "SELECT EXISTS (SELECT FROM @extschema@.indexnow_backoff \
                                WHERE scope = '*' AND until > clock_timestamp())";
 
+/// How many answers in a row were 429 (since the last answer of another status, within a day):
+/// each doubles the next 429's pause (`indexnow_protocol::response::classify`). Requests that got
+/// no answer neither count nor break the row.
+pub const THROTTLED_IN_A_ROW: &str = "\
+    SELECT count(*)::int4 FROM @extschema@.indexnow_pushes \
+     WHERE status = 429 AND pushed_at > clock_timestamp() - interval '1 day' \
+       AND pushed_at > coalesce((SELECT max(pushed_at) FROM @extschema@.indexnow_pushes \
+                                  WHERE status NOT IN (0, 429)), '-infinity')";
+
 /// Whether a pause ran out (and [`PAUSES_OVER`] has something to end).
 pub const ANY_PAUSE_OVER: &str =
     "SELECT EXISTS (SELECT FROM @extschema@.indexnow_backoff WHERE until <= clock_timestamp())";

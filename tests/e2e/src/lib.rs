@@ -224,6 +224,37 @@ impl Cluster {
         append_conf(&self.data(), &lines);
     }
 
+    /// `pg_ctl start` of this cluster's data, stopped or crashed: fails (with what pg_ctl said
+    /// and the server log) when the server does not start.
+    pub fn start_again(&self) -> Result<(), String> {
+        let log = self.dir.join("server.log");
+        let out = as_postgres(&format!("{}/pg_ctl", pg_bin()))
+            .args([
+                "-D",
+                self.data().to_str().unwrap(),
+                "-l",
+                log.to_str().unwrap(),
+            ])
+            .args(["start", "-w", "-t", "60"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        ))
+    }
+
+    /// The postmaster's pid, from `postmaster.pid`.
+    pub fn postmaster_pid(&self) -> i32 {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
+        text.lines().next().unwrap().trim().parse().unwrap()
+    }
+
     pub fn restart(&self) {
         self.pg_ctl(&["restart", "-w", "-t", "60", "-m", "fast"]);
     }
