@@ -3059,6 +3059,40 @@ fn a_restored_capture_trigger_replaces_the_one_the_table_has() {
     );
 }
 
+/// A parallel restore's state when one job has made a watched table's capture triggers from the
+/// dump and another has not loaded (or not committed) `indexnow_watches` yet: an `ALTER TABLE`
+/// that adds a key, to any table, leaves those triggers alone. Its end took them off every table
+/// no watch it could see used, and the watched table stayed uncaptured once its watch was loaded.
+#[pg_test]
+fn a_restores_alter_table_keeps_the_triggers_made_before_the_watches_are_loaded() {
+    run("CREATE TABLE tomes (id int PRIMARY KEY, slug text NOT NULL, stack text NOT NULL)");
+    run("CREATE TABLE stacks (code text NOT NULL, name text)");
+    for (name, event, referencing) in [
+        ("indexnow_capture_insert", "INSERT", "REFERENCING NEW TABLE AS indexnow_new"),
+        (
+            "indexnow_capture_update",
+            "UPDATE",
+            "REFERENCING OLD TABLE AS indexnow_old NEW TABLE AS indexnow_new",
+        ),
+        ("indexnow_capture_delete", "DELETE", "REFERENCING OLD TABLE AS indexnow_old"),
+        ("indexnow_capture_truncate", "TRUNCATE", ""),
+    ] {
+        run(&format!(
+            "CREATE TRIGGER {name} AFTER {event} ON public.tomes {referencing} \
+               FOR EACH STATEMENT EXECUTE FUNCTION public._indexnow_capture()"
+        ));
+    }
+    assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    // (another table's key, then the watched table's foreign key, as the restore adds them)
+    run("ALTER TABLE ONLY public.stacks ADD CONSTRAINT stacks_pkey PRIMARY KEY (code)");
+    assert_eq!(capture_triggers(&["tomes"]), 4);
+    run(
+        "ALTER TABLE ONLY public.tomes ADD CONSTRAINT tomes_stack_fkey FOREIGN KEY (stack) \
+           REFERENCES public.stacks(code)",
+    );
+    assert_eq!(capture_triggers(&["tomes"]), 4);
+}
+
 /// A child that stops inheriting from a watched parent (`NO INHERIT`) takes its rows out of the
 /// parent's watch: their pages are removed, and the child's own watch goes on.
 #[pg_test]

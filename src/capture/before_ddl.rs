@@ -42,6 +42,10 @@
 //!   same. A `pg_restore -j` adds the watched tables' primary keys while another job still loads
 //!   `indexnow_sources`: a derivation then found no sources, announced every page again, and
 //!   took the time of the restore as when each row began to give its URL (removals were lost).
+//!   Nor does its end take capture triggers off tables no watch seems to use
+//!   (`super::partitions::drop_unused_triggers`): such an ALTER takes no table out of a tree, and
+//!   another job may not have loaded `indexnow_watches` yet (a watched table lost the triggers
+//!   the restore had just made on it).
 //!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 

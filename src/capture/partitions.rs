@@ -298,8 +298,17 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
     if tag == "ALTER TABLE" {
         follow_related_table_altered(&ext, table);
     }
-    // Tables that left a watched tree (detached, no longer inheriting) lose the triggers.
-    drop_unused_triggers(&ext);
+    // Tables that left a watched tree (detached, no longer inheriting) lose the triggers. Not
+    // after an ALTER TABLE that changes no row (a key, a foreign key, an index, a default, the
+    // owner: `before_ddl::changes_no_rows`): it takes no table out of a tree nor puts a foreign
+    // table below one, so it leaves no table without a use for its triggers. Those are the only
+    // ALTERs a parallel `pg_restore` runs once it loads data, while another job may not have
+    // loaded `indexnow_watches` or `indexnow_relations` yet (or not committed the load): the
+    // sweep then found the dump's triggers, already made on a watched table, used by no watch,
+    // and dropped them unsaid (nothing makes a lone watched table's triggers again).
+    if !(tag == "ALTER TABLE" && before_ddl::changes_no_rows()) {
+        drop_unused_triggers(&ext);
+    }
 }
 
 /// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of
@@ -364,7 +373,9 @@ pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
 }
 
 /// Takes the capture triggers off every table that no longer needs them (a table left a watched
-/// tree, a watched table below it was dropped).
+/// tree, a watched table below it was dropped). It trusts `indexnow_watches` and
+/// `indexnow_relations` as they are now: only after DDL that can change a tree (never in the
+/// data and post-data steps of a restore, which may not have loaded them yet: `table_changed`).
 pub fn drop_unused_triggers(ext: &str) {
     let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
         client
