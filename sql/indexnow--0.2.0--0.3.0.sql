@@ -368,8 +368,8 @@ ALTER TABLE @extschema@.indexnow_hosts
     ADD COLUMN key_state_at timestamptz,
     ADD COLUMN key_state_note text;
 
--- indexnow_status() gains four columns: key_state, key_state_at, key_state_note and
--- oldest_change_age. A function's
+-- indexnow_status() gains five columns: key_state, key_state_at, key_state_note,
+-- oldest_change_age and changes_waiting. A function's
 -- result columns cannot be changed in place, so it is dropped and created again, as in
 -- 0.1.0 -> 0.2.0: the EXECUTE grants roles were given on it are put back and kept out of the
 -- extension's initial privileges, so that pg_dump still dumps them.
@@ -407,7 +407,8 @@ BEGIN
         "key_state" TEXT,
         "key_state_at" timestamp with time zone,
         "key_state_note" TEXT,
-        "oldest_change_age" interval
+        "oldest_change_age" interval,
+        "changes_waiting" bigint
     )
     STRICT VOLATILE PARALLEL UNSAFE
     LANGUAGE c

@@ -873,18 +873,46 @@ fn watches_that_cannot_work_are_refused() {
 }
 
 #[pg_test]
-fn a_bulk_statement_is_recorded_and_every_reader_derives_it() {
+fn a_bulk_statement_is_recorded_and_status_shows_it_waiting_without_deriving() {
     site();
     run("INSERT INTO pages (slug, title, body, status) SELECT 'p' || g, 'T', 'B', 'published' FROM generate_series(1, 500) g");
     // Recorded, not yet derived: the keys of 500 rows in one change set.
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
     assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
-    // indexnow_status() derives first.
+    // indexnow_status() derives nothing: it shows what waits, as such.
+    assert_eq!(count("SELECT sum(pending)::bigint FROM indexnow_status()"), 0);
+    assert_eq!(count("SELECT max(changes_waiting) FROM indexnow_status()"), 500);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_status() WHERE oldest_change_age IS NOT NULL"),
+        1
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    // indexnow_derive() derives it all; status then shows the queue as it is.
+    assert_eq!(count("SELECT indexnow_derive()"), 1);
     assert_eq!(count("SELECT sum(pending)::bigint FROM indexnow_status()"), 500);
+    assert_eq!(count("SELECT max(changes_waiting) FROM indexnow_status()"), 0);
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
     // A single-row save is derived in its own statement.
     run("UPDATE pages SET body = 'x' WHERE slug = 'p1'");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+}
+
+/// Monitoring does no derivation work: recorded changes of a watch whose expression is slow leave
+/// `indexnow_status()` answering at once (deriving them takes 20 × 0.1 s).
+#[pg_test]
+fn status_answers_at_once_however_slow_the_recorded_changes_are_to_derive() {
+    run("CREATE FUNCTION slowly_visible() RETURNS boolean LANGUAGE plpgsql AS \
+           'BEGIN PERFORM pg_sleep(0.1); RETURN true; END'");
+    run("CREATE TABLE notes (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('notes', url => 'https://www.example.com/n/{slug}', \
+           visible => 'slowly_visible()')");
+    run("SET indexnow.derive_at_write = 0");
+    run("INSERT INTO notes SELECT g, 'n' || g FROM generate_series(1, 20) g");
+    let started = std::time::Instant::now();
+    assert_eq!(count("SELECT max(changes_waiting) FROM indexnow_status()"), 20);
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_millis(1_000), "status took {took:?}");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
 }
 
 /// The usual CMS shape: articles with translations, in categories; the watch is on the
@@ -1318,6 +1346,7 @@ fn keys_are_recorded_as_sql_writes_them_whoever_reads_them() {
     assert_eq!(same("k", "a, b, c, d"), "{10000,10000,5000} true");
     assert_eq!(same("u", "id"), "{50} true");
     // And both derive: every row's URL is queued.
+    run("SELECT indexnow_derive()");
     assert_eq!(
         count("SELECT sum(pending)::bigint FROM indexnow_status()"),
         25050

@@ -3,8 +3,10 @@
 //! NULL, so the worker's state is always visible. It counts with the same due rule the worker sends by,
 //! and says why a host sends nothing (`held`), when its next URL can go out, how long the URL due
 //! the longest has waited (what an alert watches), whether sending is a dry run, what the
-//! endpoint's answers revealed of the host's key, and how long the oldest change not derived yet
-//! has waited.
+//! endpoint's answers revealed of the host's key, and what the capture triggers recorded and no
+//! derivation has made into queue rows yet (how many rows, since when). It derives nothing
+//! itself: a scrape answers in milliseconds whatever is recorded (`indexnow_derive()` derives
+//! first, for whoever wants the queue as it will be).
 
 use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
@@ -31,6 +33,7 @@ struct HostStatus {
     key_state_at: Option<TimestampWithTimeZone>,
     key_state_note: Option<String>,
     oldest_change_age: Option<Interval>,
+    changes_waiting: i64,
 }
 
 type StatusRow = (
@@ -52,6 +55,7 @@ type StatusRow = (
     Option<TimestampWithTimeZone>,
     Option<String>,
     Option<Interval>,
+    i64,
 );
 
 impl HostStatus {
@@ -76,6 +80,7 @@ impl HostStatus {
             self.key_state_at,
             self.key_state_note,
             self.oldest_change_age,
+            self.changes_waiting,
         )
     }
 }
@@ -103,21 +108,18 @@ fn indexnow_status() -> TableIterator<
         name!(key_state_at, Option<TimestampWithTimeZone>),
         name!(key_state_note, Option<String>),
         name!(oldest_change_age, Option<Interval>),
+        name!(changes_waiting, i64),
     ),
 > {
     // The result's columns are those of this library's release: refused on a database whose
     // extension SQL is another release's (between installing a release and ALTER EXTENSION UPDATE).
     crate::extension::require_current_version();
-    // What the capture triggers recorded is derived first (behaviour 8) — except on a hot
-    // standby, which cannot write: its status counts what the primary had derived.
+    // What the capture triggers recorded is not derived here: it is counted, with the age of the
+    // oldest change (monitoring answers at once, however much is recorded or however slow a
+    // watch's expressions; `SELECT indexnow_derive()` first derives it all, for a reader that
+    // wants the queue as it will be).
     let ext = crate::extension::schema();
-    // SAFETY: reads shared state.
-    if !unsafe { pg_sys::RecoveryInProgress() } && crate::capture::change_sets::waiting(&ext) {
-        crate::capture::derive::derive_change_sets_for_reader(&ext);
-    }
-    // What is left now waits for a watch that cannot derive, or for a transaction holding what its
-    // derivation would write: the same for every host, as `worker` is.
-    let oldest_change_age = crate::capture::change_sets::oldest_age(&ext);
+    let (changes_waiting, oldest_change_age) = crate::capture::change_sets::waiting_summary(&ext);
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
@@ -172,6 +174,7 @@ fn indexnow_status() -> TableIterator<
                     key_state_at: r.get_by_name("key_state_at")?,
                     key_state_note: r.get_by_name("key_state_note")?,
                     oldest_change_age,
+                    changes_waiting,
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -183,6 +186,7 @@ fn indexnow_status() -> TableIterator<
             worker,
             dry_run,
             oldest_change_age,
+            changes_waiting,
             ..Default::default()
         }]
     } else {

@@ -160,18 +160,24 @@ pub fn waiting(ext: &str) -> bool {
     .unwrap_or(false)
 }
 
-/// How long the oldest change set has waited to be derived, from the transaction's start (what
-/// `indexnow_status()` calls now); None when none waits.
-pub fn oldest_age(ext: &str) -> Option<Interval> {
-    plan_cache::get_one::<Interval>(
-        &format!(
-            "SELECT greatest(now() - o, interval '0') \
-               FROM (SELECT min(recorded_at) FROM {ext}.indexnow_changes) oldest(o) \
-              WHERE o IS NOT NULL"
-        ),
-        &[],
-    )
-    .unwrap_or_else(|e| error!("indexnow: reading the change sets' age failed: {e}"))
+/// What the capture triggers recorded and no derivation has turned into queue rows yet: how many
+/// rows (a change of a whole table — TRUNCATE, a derivation owed — counts as the table's
+/// estimated rows), and how long the oldest change has waited (`None` when nothing waits). Read
+/// by `indexnow_status()`, which derives nothing: monitoring answers at once whatever waits.
+pub fn waiting_summary(ext: &str) -> (i64, Option<Interval>) {
+    let sql = format!(
+        "SELECT coalesce(sum(CASE WHEN c.keys IS NULL \
+                                  THEN greatest(t.reltuples, 0)::int8 \
+                                  ELSE pg_catalog.jsonb_array_length(c.keys) END), 0)::int8, \
+                CASE WHEN count(*) > 0 \
+                     THEN greatest(now() - min(c.recorded_at), interval '0') END \
+           FROM {ext}.indexnow_changes c LEFT JOIN pg_catalog.pg_class t ON t.oid = c.tbl"
+    );
+    Spi::connect(|client| {
+        let row = plan_cache::read(client, &sql, &[])?.first();
+        Ok::<_, pgrx::spi::Error>((row.get::<i64>(1)?.unwrap_or(0), row.get::<Interval>(2)?))
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading the recorded changes failed: {e}"))
 }
 
 /// Whether a sender that finds a change set locked by another waits for it or skips it.

@@ -57,8 +57,14 @@ fn copy_through_psql_is_caught() {
             csv.display()
         ),
     );
-    // 500 rows are a bulk statement: recorded at write time, derived after the commit. A reader
-    // (indexnow_status()) derives what is waiting before it counts.
+    // 500 rows are a bulk statement: recorded at write time, derived after the commit.
+    // indexnow_status() shows them waiting; indexnow_derive() derives them.
+    let waiting = count(
+        &mut db,
+        "SELECT max(changes_waiting) FROM indexnow_status()",
+    );
+    assert_eq!(waiting, 500);
+    count(&mut db, "SELECT indexnow_derive()");
     let pending = count(
         &mut db,
         "SELECT sum(pending)::bigint FROM indexnow_status()",
@@ -352,7 +358,7 @@ fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
     tx.batch_execute("UPDATE pages SET body = 'edited' WHERE slug = 'a'")
         .unwrap();
     tx.commit().unwrap();
-    count(&mut db, "SELECT count(*) FROM indexnow_status()");
+    count(&mut db, "SELECT indexnow_derive()");
     assert_eq!(
         queued(&mut db),
         vec!["https://www.example.com/th/a changed"]
@@ -733,10 +739,10 @@ fn a_save_does_not_wait_for_a_derivation_holding_its_page() {
     assert_eq!(count(&mut db, seq), before);
 }
 
-/// `indexnow_status()` and `indexnow_push_now()` derive what was recorded before they answer,
-/// but a transaction that holds what a derivation would write (here a prepared one, which may
-/// stay for days) makes them wait a second at most: the change set is left to the workers, with
-/// a NOTICE, and derived once that transaction ends.
+/// `indexnow_push_now()` derives what was recorded before it sends, but a transaction that holds
+/// what a derivation would write (here a prepared one, which may stay for days) makes it wait a
+/// second at most: the change set is left to the workers, with a NOTICE, and derived once that
+/// transaction ends. `indexnow_status()` derives nothing, and answers at once.
 #[test]
 fn readers_do_not_wait_for_a_transaction_left_open() {
     let cluster = Cluster::start(Options {
@@ -778,8 +784,7 @@ fn readers_do_not_wait_for_a_transaction_left_open() {
     }
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
     db.batch_execute("COMMIT PREPARED 'held'").unwrap();
-    db.batch_execute("SELECT count(*) FROM indexnow_status()")
-        .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
     assert_eq!(
         queued(&mut db),
