@@ -5,7 +5,7 @@ use pgrx::prelude::*;
 
 /// Runs one pass now, in this session and transaction, and returns what it sent per host:
 /// the requests made, the URLs they carried, and the last answer's status and note (status 0 is
-/// no answer: a network failure, or a dry run). Respects `indexnow.enabled`, pauses and every
+/// no answer: a network failure, or a dry run). Respects `indexnow.server_enabled`, `indexnow.enabled`, pauses and every
 /// other setting as the worker does. It waits for another `indexnow_push_now()` whose transaction
 /// is still open; it holds no row lock across an HTTP request. URLs queued by the calling
 /// transaction itself are not sent before it commits (see `sql::claim_by_reading`).
@@ -25,8 +25,8 @@ fn indexnow_push_now() -> TableIterator<
     // The tables a pass writes are those of this library's release (as for the workers, which
     // wait for the update).
     crate::extension::require_current_version();
-    if !crate::guc::ENABLED.get() {
-        notice!("indexnow: indexnow.enabled is off: nothing is sent");
+    if let Some(why) = crate::guc::sending_off_because() {
+        notice!("indexnow: {why}: nothing is sent");
     }
     let rows = run_pass(Session::PushNow)
         .0

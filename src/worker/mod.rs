@@ -87,6 +87,9 @@ pub fn state_for_status() -> String {
                 State::Starting => "starting",
                 State::Idle => "idle",
                 State::Sending => "sending",
+                State::Disabled if !guc::SERVER_ENABLED.get() => {
+                    "idle: indexnow.server_enabled is off"
+                }
                 State::Disabled => "idle: indexnow.enabled is off",
                 State::Outdated => "waiting for ALTER EXTENSION indexnow UPDATE",
                 State::Free | State::NoExtension | State::Stopped => "stopping",
@@ -99,12 +102,13 @@ pub fn state_for_status() -> String {
 }
 
 /// Whether this database sends, and whether as a dry run, for `indexnow_status()`: as its workers
-/// go by `indexnow.enabled` and `indexnow.dry_run` (set for them in postgresql.conf, or for the
-/// database or their role), or, with no worker running, as this session sees the settings.
+/// go by `indexnow.server_enabled` (the server's), `indexnow.enabled` and `indexnow.dry_run` (set
+/// for them in postgresql.conf, or for the database or their role), or, with no worker running,
+/// as this session sees the settings.
 pub fn sending_for_status() -> (bool, bool) {
     let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
     if workers.is_empty() {
-        (guc::ENABLED.get(), guc::DRY_RUN.get())
+        (guc::sending_on(), guc::DRY_RUN.get())
     } else {
         (
             workers.iter().any(|w| w.state != State::Disabled),
@@ -329,7 +333,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             }
             continue;
         }
-        let enabled = guc::ENABLED.get();
+        let enabled = guc::sending_on();
         registry::set_dry_run(db, guc::DRY_RUN.get());
         let mut sent = false;
         // (a pass derives for at most naptime: what it left is derived by the next, at once)
