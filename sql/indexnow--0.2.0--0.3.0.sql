@@ -87,11 +87,6 @@ CREATE FUNCTION @extschema@."_indexnow_schema_renamed"(
 	STRICT VOLATILE PARALLEL UNSAFE
 	LANGUAGE c
 	AS 'MODULE_PATHNAME', 'indexnow_schema_renamed_wrapper';
--- No foreign key from indexnow_relations to indexnow_watches (sql/schema.sql): pg_restore -j
--- refused to restore a database with related-table watches.
-ALTER TABLE @extschema@.indexnow_relations DROP CONSTRAINT indexnow_relations_watch_id_fkey;
-DELETE FROM @extschema@.indexnow_relations r
- WHERE NOT EXISTS (SELECT FROM @extschema@.indexnow_watches w WHERE w.id = r.watch_id);
 
 DROP EVENT TRIGGER indexnow_partitions;
 CREATE EVENT TRIGGER indexnow_partitions ON ddl_command_end
@@ -121,6 +116,14 @@ BEGIN
     END LOOP;
 END
 $$;
+-- No foreign key from indexnow_relations to indexnow_watches (sql/schema.sql): pg_restore -j
+-- refused to restore a database with related-table watches. (After the event trigger's function
+-- above calls _indexnow_table_changed by its new name: the update's own ALTER TABLE fires it, and
+-- 0.2.0's body warned that indexnow_table_changed(oid, text), renamed above, does not exist.)
+ALTER TABLE @extschema@.indexnow_relations DROP CONSTRAINT indexnow_relations_watch_id_fkey;
+DELETE FROM @extschema@.indexnow_relations r
+ WHERE NOT EXISTS (SELECT FROM @extschema@.indexnow_watches w WHERE w.id = r.watch_id);
+
 -- (and a NULL role is refused by name)
 CREATE OR REPLACE FUNCTION @extschema@._indexnow_watching_privilege(role regrole, give boolean)
 RETURNS void

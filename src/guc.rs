@@ -1,6 +1,7 @@
 //! Every setting of the extension: name, default, unit, range and who may change it.
 //!
-//! All settings but `indexnow.workers_per_database` (`SIGHUP`, see `register`) are `SUSET`: a
+//! All settings but `indexnow.workers_per_database` and `indexnow.server_enabled` (`SIGHUP`, see
+//! `register`) are `SUSET`: a
 //! superuser sets them in `postgresql.conf`, `ALTER SYSTEM`, `ALTER DATABASE ... SET` or a
 //! session, and `pg_reload_conf()` makes the worker take them up. A
 //! role that may only write content tables cannot change how (or whether) URLs are sent; on
@@ -16,6 +17,7 @@ use std::time::Duration;
 pub const DEFAULT_ENDPOINT: &std::ffi::CStr = c"https://api.indexnow.org/indexnow";
 
 pub static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static SERVER_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static DRY_RUN: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static ENDPOINT: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(DEFAULT_ENDPOINT));
@@ -57,6 +59,20 @@ pub fn register() {
         c"",
         &ENABLED,
         Suset,
+        none,
+    );
+    // The switch of the whole server, which no database, role or session can turn back on: a
+    // physical copy (pg_basebackup, PITR) started the first time with `-c
+    // indexnow.server_enabled=off` sends nothing, whatever `ALTER DATABASE ... SET
+    // indexnow.enabled = on` came with its data (a SUSET setting of a database or a role wins
+    // over the command line; PostgreSQL refuses a SIGHUP one in ALTER DATABASE, ALTER ROLE and
+    // SET, and the command line wins over postgresql.conf and postgresql.auto.conf).
+    GucRegistry::define_bool_guc(
+        c"indexnow.server_enabled",
+        c"Send due URLs from this server. Off pauses sending in every database; no database, role or session setting can turn it on.",
+        c"",
+        &SERVER_ENABLED,
+        GucContext::Sighup,
         none,
     );
     GucRegistry::define_bool_guc(
@@ -200,6 +216,23 @@ pub fn register() {
         GucContext::Sighup,
         none,
     );
+}
+
+/// Whether this process sends: `indexnow.server_enabled` and `indexnow.enabled` both on.
+pub fn sending_on() -> bool {
+    SERVER_ENABLED.get() && ENABLED.get()
+}
+
+/// Why this process does not send, as `indexnow_status()` and NOTICEs say it; `None` when it
+/// does.
+pub fn sending_off_because() -> Option<&'static str> {
+    if !SERVER_ENABLED.get() {
+        Some("indexnow.server_enabled is off")
+    } else if !ENABLED.get() {
+        Some("indexnow.enabled is off")
+    } else {
+        None
+    }
 }
 
 /// The due rule with the settings now in force.

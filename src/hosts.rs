@@ -56,7 +56,9 @@ pub fn held_sql(name: &str, sending_on: &str) -> String {
                 'disabled: nothing is sent for this host until SELECT indexnow_enable_host(' \
                 || pg_catalog.quote_literal({name}) || ') is run' \
               WHEN NOT {sending_on} THEN \
-                'indexnow.enabled is off: nothing is sent from this database' \
+                CASE WHEN NOT pg_catalog.current_setting('indexnow.server_enabled')::boolean THEN \
+                  'indexnow.server_enabled is off: nothing is sent from this server' \
+                ELSE 'indexnow.enabled is off: nothing is sent from this database' END \
               WHEN NOT {at_home} THEN \
                 'this database is a copy (the key was added in database ' || h.home_database \
                 || ' of system ' || h.home_system || '): nothing is sent for this host until \

@@ -1,7 +1,8 @@
 //! What the launcher, the database workers and ordinary backends share, in shared memory: which
 //! workers serve which database (one per sender number, `indexnow.workers_per_database` of them)
-//! and what each is doing, the launcher's pid, and a counter that `CREATE EXTENSION` bumps so the
-//! launcher looks at databases again.
+//! and what each is doing, the launcher's pid, a counter that `CREATE EXTENSION` bumps so the
+//! launcher looks at databases again, and the databases the launcher found no background worker
+//! slot for.
 //!
 //! It exists only when the library is preloaded; every function here is a no-op otherwise.
 
@@ -50,6 +51,9 @@ pub struct Slot {
     pub state: State,
     /// `indexnow.dry_run` as the worker last read it.
     pub dry_run: bool,
+    /// The database is a copy: it has hosts, and none is at home (it sends nothing until
+    /// `indexnow_confirm_copy()`), as the worker last saw it.
+    pub copy: bool,
 }
 
 #[derive(Copy, Clone)]
@@ -64,7 +68,16 @@ pub struct Registry {
     alone: [(u32, i64); MAX_ALONE],
     /// Pauses an endpoint ordered (see [`pause_endpoint`]).
     endpoint_pauses: [EndpointPause; MAX_ENDPOINT_PAUSES],
+    /// The databases the launcher could not start a worker for at its last look, for want of a
+    /// background worker slot (see [`set_starved`]): the first `starved_len`.
+    starved: [u32; MAX_STARVED],
+    starved_len: usize,
+    /// How many of them wait for a worker (those not known to lack the extension).
+    starved_waiting: usize,
 }
+
+/// How many starved databases are kept (more are counted, not named).
+const MAX_STARVED: usize = 64;
 
 #[derive(Copy, Clone)]
 struct EndpointPause {
@@ -120,6 +133,7 @@ impl Default for Registry {
                 latch: 0,
                 state: State::Free,
                 dry_run: false,
+                copy: false,
             }; MAX_WORKERS],
             alone: [(0, 0); MAX_ALONE],
             endpoint_pauses: [EndpointPause {
@@ -128,6 +142,9 @@ impl Default for Registry {
                 status: 0,
                 db: 0,
             }; MAX_ENDPOINT_PAUSES],
+            starved: [0; MAX_STARVED],
+            starved_len: 0,
+            starved_waiting: 0,
         }
     }
 }
@@ -209,6 +226,7 @@ pub fn enter(db: u32, sender: u32) -> bool {
         latch: my_latch(),
         state: State::Starting,
         dry_run: false,
+        copy: false,
     };
     true
 }
@@ -224,6 +242,37 @@ pub fn set_state(db: u32, state: State) {
 /// Notes the `indexnow.dry_run` this worker goes by, for `indexnow_status()`.
 pub fn set_dry_run(db: u32, dry_run: bool) {
     with_own_slot(db, |s| s.dry_run = dry_run);
+}
+
+/// Notes whether this worker's database is a copy (see [`Slot::copy`]), for the launcher.
+pub fn set_copy(db: u32, copy: bool) {
+    with_own_slot(db, |s| s.copy = copy);
+}
+
+/// The launcher's last look: `dbs` got no worker for want of a background worker slot (empty:
+/// every database it serves got its workers); `waiting` of them are not known to lack the
+/// extension.
+pub fn set_starved(dbs: &[u32], waiting: usize) {
+    if !available() {
+        return;
+    }
+    let mut r = REGISTRY.exclusive();
+    let len = dbs.len().min(MAX_STARVED);
+    r.starved[..len].copy_from_slice(&dbs[..len]);
+    r.starved_len = len;
+    r.starved_waiting = waiting;
+}
+
+/// When `db` got no worker at the launcher's last look for want of a slot: how many databases
+/// wait for one.
+pub fn starved(db: u32) -> Option<usize> {
+    if !available() {
+        return None;
+    }
+    let r = REGISTRY.share();
+    r.starved[..r.starved_len]
+        .contains(&db)
+        .then_some(r.starved_waiting.max(1))
 }
 
 fn with_own_slot(db: u32, f: impl FnOnce(&mut Slot)) {

@@ -405,6 +405,7 @@ fn settings_have_units_ranges_and_contexts() {
         .unwrap_or_else(|| panic!("{name} is not registered"))
     };
     assert_eq!(row("indexnow.enabled"), "on - superuser");
+    assert_eq!(row("indexnow.server_enabled"), "on - sighup");
     assert_eq!(row("indexnow.dry_run"), "off - superuser");
     assert_eq!(row("indexnow.endpoint"), "https://api.indexnow.org/indexnow - superuser");
     assert_eq!(row("indexnow.debounce"), "120 s superuser");
@@ -429,6 +430,9 @@ fn settings_have_units_ranges_and_contexts() {
     assert!(err.contains("10001 is outside the valid range"), "{err}");
     let err = error_of("SET LOCAL indexnow.debounce = 'soon'").unwrap();
     assert!(err.contains("invalid value"), "{err}");
+    // The server's switch: no session (nor database, nor role) can set it.
+    let err = error_of("SET LOCAL indexnow.server_enabled = off").unwrap();
+    assert!(err.contains("cannot be changed now"), "{err}");
 }
 
 #[pg_test]

@@ -73,7 +73,7 @@ pub struct Settings {
 impl Settings {
     pub fn now() -> Settings {
         Settings {
-            enabled: guc::ENABLED.get(),
+            enabled: guc::sending_on(),
             dry_run: guc::DRY_RUN.get(),
             endpoint: guc::ENDPOINT
                 .get()

@@ -11,6 +11,12 @@
 //!   `DROP EXTENSION`); the launcher then leaves that database alone until the next
 //!   `CREATE EXTENSION` anywhere, or a minute has passed. It also exits when a reload lowered
 //!   `indexnow.workers_per_database` below its number.
+//! - Background worker slots (`max_worker_processes`) may be too few for every database. The
+//!   launcher serves first the databases it knows send (served before, not a copy, not switched
+//!   off), then those it has not looked into yet, then copies and switched-off ones (they send
+//!   nothing), and last those it found without the extension. It names every database left
+//!   without a worker in one WARNING, by name, and notes them in shared memory, so that
+//!   `indexnow_status().worker` there says why.
 //! - `DROP DATABASE` stops that database's workers first (`ddl.rs`): PostgreSQL refuses to drop a
 //!   database someone is connected to.
 //! - Both start only once the server accepts writes: on a hot standby nothing runs and nothing is
@@ -73,8 +79,20 @@ pub fn state_for_status() -> String {
         return "not running: this server is a hot standby (the worker starts after promotion)"
             .to_string();
     }
-    let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let workers = registry::workers_of(db);
     if workers.is_empty() {
+        if let Some(waiting) = registry::starved(db) {
+            let databases = if waiting == 1 {
+                "database waits"
+            } else {
+                "databases wait"
+            };
+            return format!(
+                "not running: no free background worker slot (raise max_worker_processes; \
+                 {waiting} {databases})"
+            );
+        }
         return "not running: not started yet (the launcher starts them within seconds; if it \
                 does not, raise max_worker_processes)"
             .to_string();
@@ -87,6 +105,9 @@ pub fn state_for_status() -> String {
                 State::Starting => "starting",
                 State::Idle => "idle",
                 State::Sending => "sending",
+                State::Disabled if !guc::SERVER_ENABLED.get() => {
+                    "idle: indexnow.server_enabled is off"
+                }
                 State::Disabled => "idle: indexnow.enabled is off",
                 State::Outdated => "waiting for ALTER EXTENSION indexnow UPDATE",
                 State::Free | State::NoExtension | State::Stopped => "stopping",
@@ -99,12 +120,13 @@ pub fn state_for_status() -> String {
 }
 
 /// Whether this database sends, and whether as a dry run, for `indexnow_status()`: as its workers
-/// go by `indexnow.enabled` and `indexnow.dry_run` (set for them in postgresql.conf, or for the
-/// database or their role), or, with no worker running, as this session sees the settings.
+/// go by `indexnow.server_enabled` (the server's), `indexnow.enabled` and `indexnow.dry_run` (set
+/// for them in postgresql.conf, or for the database or their role), or, with no worker running,
+/// as this session sees the settings.
 pub fn sending_for_status() -> (bool, bool) {
     let workers = registry::workers_of(unsafe { pg_sys::MyDatabaseId }.to_u32());
     if workers.is_empty() {
-        (guc::ENABLED.get(), guc::DRY_RUN.get())
+        (guc::sending_on(), guc::DRY_RUN.get())
     } else {
         (
             workers.iter().any(|w| w.state != State::Disabled),
@@ -119,6 +141,20 @@ struct Started {
     generation: u64,
 }
 
+/// What the launcher learnt of a database from its workers: the order in which databases get
+/// the background worker slots there are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Known {
+    /// Served, not a copy, not switched off: it sends.
+    Sends,
+    /// Not looked into yet.
+    Unknown,
+    /// A copy, or sending switched off: its worker sends nothing.
+    SendsNothing,
+    /// Its worker found no extension.
+    NoExtension,
+}
+
 /// What the launcher keeps between its looks at the databases.
 #[derive(Default)]
 struct Launcher {
@@ -127,7 +163,14 @@ struct Launcher {
     /// Databases left alone (no extension, or being dropped): the generation to wait past, and
     /// since when.
     left_alone: HashMap<u32, (u64, Instant)>,
+    /// What each database's workers showed, last time they ran.
+    known: HashMap<u32, Known>,
+    /// The databases the last WARNING about slots named, and when it was given.
+    warned: Option<(Vec<u32>, Instant)>,
 }
+
+/// How often the WARNING about slots is repeated while the same databases wait.
+const WARN_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
 impl Launcher {
     /// Forgets the workers that exited. A database whose worker exited because it has no
@@ -135,7 +178,9 @@ impl Launcher {
     /// started may have come too late for it to see); a database being dropped waits for one
     /// committed from now on.
     fn forget_exited_workers(&mut self, generation: u64) {
+        self.learn();
         let left_alone = &mut self.left_alone;
+        let known = &mut self.known;
         self.running
             .retain(|&(db, _), started| match started.handle.pid() {
                 Ok(_) => true,
@@ -144,6 +189,7 @@ impl Launcher {
                     match registry::exit_reason(db) {
                         Some(State::NoExtension) => {
                             left_alone.insert(db, (started.generation, Instant::now()));
+                            known.insert(db, Known::NoExtension);
                         }
                         Some(State::Stopped) => {
                             left_alone.insert(db, (generation, Instant::now()));
@@ -155,11 +201,39 @@ impl Launcher {
             });
     }
 
+    /// Notes what the running workers show of their databases (see [`Known`]).
+    fn learn(&mut self) {
+        let dbs: Vec<u32> = self.running.keys().map(|&(db, _)| db).collect();
+        for db in dbs {
+            let workers = registry::workers_of(db);
+            let copy = workers.iter().any(|w| w.copy);
+            let off = !workers.is_empty() && workers.iter().all(|w| w.state == State::Disabled);
+            let known = if copy || off {
+                Known::SendsNothing
+            } else if workers
+                .iter()
+                .any(|w| matches!(w.state, State::Idle | State::Sending | State::Outdated))
+            {
+                Known::Sends
+            } else {
+                continue; // starting, or gone
+            };
+            self.known.insert(db, known);
+        }
+    }
+
     /// Starts the workers each database lacks (`indexnow.workers_per_database` of them), but in
-    /// databases left alone; stops at the first that finds no free background worker slot.
+    /// databases left alone, in the order of [`Known`] (then `pg_database`'s). When no
+    /// background worker slot is free, every database left without its workers is named in
+    /// one WARNING and noted in shared memory, for `indexnow_status()`.
     fn start_missing_workers(&mut self, generation: u64) {
         let senders = guc::WORKERS_PER_DATABASE.get() as u32;
-        for db in databases() {
+        let mut dbs = databases();
+        let known = |db: u32| self.known.get(&db).copied().unwrap_or(Known::Unknown);
+        dbs.sort_by_key(|(db, _)| known(*db)); // (stable: pg_database's order within a kind)
+        let mut out_of_slots = false;
+        let mut starved: Vec<(u32, String)> = vec![];
+        for (db, name) in dbs {
             if let Some((seen, at)) = self.left_alone.get(&db) {
                 if *seen == generation && at.elapsed() < LEAVE_ALONE_FOR {
                     continue;
@@ -175,21 +249,68 @@ impl Launcher {
                 if self.running.contains_key(&(db, sender)) || registry::serves(db, sender) {
                     continue;
                 }
-                match start_worker(db, sender) {
+                let started = if out_of_slots {
+                    None
+                } else {
+                    start_worker(db, sender)
+                };
+                match started {
                     Some(handle) => {
                         self.running
                             .insert((db, sender), Started { handle, generation });
                     }
                     None => {
-                        warning!(
-                            "indexnow: could not start a worker for database {db}: no free \
-                             background worker slot (raise max_worker_processes)"
-                        );
-                        return;
+                        out_of_slots = true;
+                        starved.push((db, name));
+                        break;
                     }
                 }
             }
         }
+        self.tell_starved(&starved);
+    }
+
+    /// Notes the databases left without workers for want of a slot, and warns (when they
+    /// change, and once a minute while they wait) naming them: those not known to lack the
+    /// extension (a database without it needs no worker; it is tried last, and named apart).
+    fn tell_starved(&mut self, starved: &[(u32, String)]) {
+        let (without, waiting): (Vec<_>, Vec<_>) = starved
+            .iter()
+            .partition(|(db, _)| self.known.get(db) == Some(&Known::NoExtension));
+        let oids: Vec<u32> = starved.iter().map(|(db, _)| *db).collect();
+        registry::set_starved(&oids, waiting.len());
+        if waiting.is_empty() {
+            self.warned = None;
+            return;
+        }
+        let named: Vec<u32> = waiting.iter().map(|(db, _)| *db).collect();
+        if let Some((last, at)) = &self.warned {
+            if *last == named && at.elapsed() < WARN_AGAIN_AFTER {
+                return;
+            }
+        }
+        let names = |list: &[&(u32, String)]| {
+            list.iter()
+                .map(|(_, name)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let also = if without.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; nor for {}, which had no indexnow extension when last looked into",
+                names(&without)
+            )
+        };
+        let n = waiting.len();
+        warning!(
+            "indexnow: no free background worker slot for the workers of {n} database{}: {} \
+             (raise max_worker_processes){also}",
+            if n == 1 { "" } else { "s" },
+            names(&waiting)
+        );
+        self.warned = Some((named, Instant::now()));
     }
 }
 
@@ -245,10 +366,10 @@ fn start_worker(db: u32, sender: u32) -> Option<DynamicBackgroundWorker> {
         .ok()
 }
 
-/// The databases a worker may serve: those that accept connections, not templates, not left
-/// invalid by an interrupted DROP DATABASE. Read from the shared catalog, so the launcher needs
-/// no database of its own.
-fn databases() -> Vec<u32> {
+/// The databases a worker may serve, with their names: those that accept connections, not
+/// templates, not left invalid by an interrupted DROP DATABASE. Read from the shared catalog,
+/// so the launcher needs no database of its own.
+fn databases() -> Vec<(u32, String)> {
     BackgroundWorker::transaction(|| unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
@@ -261,7 +382,10 @@ fn databases() -> Vec<u32> {
             }
             let db = &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tuple);
             if db.datallowconn && !db.datistemplate && db.datconnlimit != -2 {
-                dbs.push(db.oid.to_u32());
+                let name = std::ffi::CStr::from_ptr(db.datname.data.as_ptr())
+                    .to_string_lossy()
+                    .into_owned();
+                dbs.push((db.oid.to_u32(), name));
             }
         }
         pg_sys::table_endscan(scan);
@@ -304,6 +428,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             registry::set_state(db, State::NoExtension);
             return;
         }
+        registry::set_copy(db, BackgroundWorker::transaction(only_copies));
         if BackgroundWorker::transaction(settings::given_by_database_and_role) != started_with {
             log!("indexnow worker {sender}: the database's settings changed; starting again");
             break; // the launcher starts a new worker at once, with the new settings
@@ -329,7 +454,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             }
             continue;
         }
-        let enabled = guc::ENABLED.get();
+        let enabled = guc::sending_on();
         registry::set_dry_run(db, guc::DRY_RUN.get());
         let mut sent = false;
         // (a pass derives for at most naptime: what it left is derived by the next, at once)
@@ -393,6 +518,22 @@ fn idle_activity(enabled: bool) -> String {
         Some(paused) => format!("indexnow: idle, {paused}"),
         None => "indexnow: idle".into(),
     }
+}
+
+/// Whether this database is a copy for all its hosts (it has hosts, and none is at home): its
+/// worker sends nothing until `indexnow_confirm_copy()`. For the launcher, which serves it after
+/// the databases that send.
+fn only_copies() -> bool {
+    crate::plan_cache::get_one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM @extschema@.indexnow_hosts) \
+                AND NOT EXISTS (SELECT FROM @extschema@.indexnow_hosts h WHERE {})",
+            crate::hosts::at_home_sql()
+        ),
+        &[],
+    )
+    .unwrap_or(None)
+    .unwrap_or(false)
 }
 
 /// Sets this worker's search_path to the extension's own (which does not have the extension's

@@ -79,11 +79,22 @@ fn network_answer(e: ureq::Error) -> Answer {
         HostNotFound | ConnectionFailed | BadUri(_) | Tls(_) | Rustls(_) | TlsRequired => {
             Answer::NoConnection(e.to_string())
         }
-        Io(ref io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
-            Answer::NoConnection(e.to_string())
-        }
+        Io(ref io) if never_connected(io) => Answer::NoConnection(e.to_string()),
         other => Answer::Reset(other.to_string()),
     }
+}
+
+/// Whether an I/O error came before any connection: refused, no route, or a name that does not
+/// resolve (ureq hands the resolver's error on as `Error::Io`, of a kind std does not name:
+/// `failed to lookup address information: Name or service not known`).
+fn never_connected(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        io.kind(),
+        ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable
+    ) || io
+        .to_string()
+        .starts_with("failed to lookup address information")
 }
 
 #[cfg(test)]
@@ -156,5 +167,13 @@ mod tests {
             Client::new(Duration::from_secs(5)).submit(&rude, &request()),
             Answer::Reset(_)
         ));
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_is_no_connection() {
+        // `.invalid` never resolves (RFC 2606); the resolver fails before any connection.
+        let answer = Client::new(Duration::from_secs(5))
+            .submit("http://nonexistent.invalid/indexnow", &request());
+        assert!(matches!(answer, Answer::NoConnection(_)), "{answer:?}");
     }
 }

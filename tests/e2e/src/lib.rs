@@ -170,6 +170,56 @@ impl Cluster {
         standby
     }
 
+    /// A physical copy of `primary` (pg_basebackup, no standby.signal: it starts as a primary of
+    /// its own, as a copy for staging does), started the first time with
+    /// `pg_ctl -o '<start_options>' start`, as a DBA starts it.
+    pub fn copy_of(primary: &Cluster, start_options: &str) -> Cluster {
+        let port = free_port();
+        let dir = cluster_dir(port);
+        let data = dir.join("data");
+        run(
+            "pg_basebackup",
+            as_postgres(&format!("{}/pg_basebackup", pg_bin())).args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().unwrap(),
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ]),
+        );
+        append_conf(
+            &data,
+            &[
+                format!("port = {port}"),
+                format!("unix_socket_directories = '{}'", dir.display()),
+            ],
+        );
+        let copy = Cluster { dir, port };
+        copy.start_with(start_options);
+        copy
+    }
+
+    /// `pg_ctl -o '<options>' start` (no `-o` when `options` is empty).
+    pub fn start_with(&self, options: &str) {
+        let mut args = vec!["start", "-w", "-t", "60"];
+        if !options.is_empty() {
+            args.extend(["-o", options]);
+        }
+        self.pg_ctl(&args);
+    }
+
+    /// `pg_ctl stop -m fast`.
+    pub fn stop(&self) {
+        self.pg_ctl(&["stop", "-w", "-t", "60", "-m", "fast"]);
+    }
+
     pub fn promote(&self) {
         self.pg_ctl(&["promote", "-w", "-t", "60"]);
     }

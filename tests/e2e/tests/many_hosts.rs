@@ -550,3 +550,129 @@ fn a_thousand_tenants_are_added_rekeyed_and_sent_in_single_statements() {
         r.status == 200 && request.key.starts_with("rotated-tenantkey-")
     }));
 }
+
+/// The worker of `db` that `pg_stat_activity` shows, if any.
+fn worker_pid(cluster: &Cluster, db: &str) -> Option<i32> {
+    cluster
+        .connect("postgres")
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker' AND datname = $1",
+            &[&db],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+fn worker_of(cluster: &Cluster, db: &str) -> String {
+    indexnow_e2e::worker_state(&mut cluster.connect(db))
+}
+
+/// The WARNINGs of the launcher about slots in the server log, from the `from`th byte on.
+fn slot_warnings(cluster: &Cluster, from: usize) -> Vec<String> {
+    cluster.log()[from..]
+        .lines()
+        .filter(|l| l.contains("WARNING") && l.contains("no free background worker slot"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Short of background worker slots (`max_worker_processes = 5`: the logical replication
+/// launcher and indexnow's launcher take two, three are left for database workers), the launcher
+/// serves first the databases known to send, then those never looked at, then copies, and last
+/// those it found without the extension; the databases it could not serve are named in one
+/// WARNING, by name, and `indexnow_status().worker` in each says so. (It started them in
+/// `pg_database` order, warned with the OID of the first it could not serve, `postgres` without
+/// the extension, and a copy held a slot that a real site waited for.)
+#[test]
+fn short_of_worker_slots_the_sites_that_send_come_first_and_the_others_are_named() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = started(
+        &receiver,
+        &[
+            "max_worker_processes = 5",
+            "max_parallel_workers = 0",
+            "max_parallel_workers_per_gather = 0",
+            "max_parallel_maintenance_workers = 0",
+        ],
+    );
+    // A real site, and a copy (its host's home is another database: it sends nothing).
+    for (db, copy) in [("site1", false), ("copy1", true), ("site2", false)] {
+        let mut c = cluster.create_db_with_extension(db);
+        c.batch_execute("SELECT indexnow_add_host('www.example.com', 'abcdefgh12')")
+            .unwrap();
+        if copy {
+            c.batch_execute("UPDATE indexnow_hosts SET home_database = 0")
+                .unwrap();
+        }
+        wait_until(&format!("{db} is served"), SECONDS(30), || {
+            worker_pid(&cluster, db).is_some()
+        });
+    }
+    let held: String = cluster
+        .connect("copy1")
+        .query_one("SELECT held FROM indexnow_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(held.contains("this database is a copy"), "{held}");
+    // (a pass of the copy's worker, which tells the launcher it is a copy)
+    std::thread::sleep(Duration::from_millis(1_000));
+
+    // A new site finds no slot: named, not `postgres` (no extension) nor the OID of either.
+    let from = cluster.log().len();
+    drop(cluster.create_db_with_extension("site3"));
+    wait_until("a WARNING names site3", SECONDS(30), || {
+        slot_warnings(&cluster, from)
+            .iter()
+            .any(|w| w.contains("site3"))
+    });
+    let warnings = slot_warnings(&cluster, from);
+    let warning = warnings.iter().find(|w| w.contains("site3")).unwrap();
+    assert!(warning.contains("max_worker_processes"), "{warning}");
+    assert!(
+        !warning.contains("site1") && !warning.contains("site2") && !warning.contains("copy1"),
+        "{warning}"
+    );
+    let state = worker_of(&cluster, "site3");
+    assert!(
+        state.starts_with("not running: no free background worker slot"),
+        "{state}"
+    );
+    assert!(state.contains("raise max_worker_processes"), "{state}");
+
+    // The copy's worker exits: the slot goes to the site, not back to the copy (older in
+    // pg_database), and the copy is the one named.
+    let copy_pid = worker_pid(&cluster, "copy1").unwrap();
+    let from = cluster.log().len();
+    cluster
+        .connect("postgres")
+        .execute("SELECT pg_terminate_backend($1)", &[&copy_pid])
+        .unwrap();
+    wait_until("site3 is served", SECONDS(30), || {
+        worker_pid(&cluster, "site3").is_some()
+    });
+    wait_until("a WARNING names copy1", SECONDS(30), || {
+        slot_warnings(&cluster, from)
+            .iter()
+            .any(|w| w.contains("copy1"))
+    });
+    for _ in 0..20 {
+        assert_eq!(
+            worker_pid(&cluster, "copy1"),
+            None,
+            "the copy took a slot back"
+        );
+        assert!(
+            worker_pid(&cluster, "site3").is_some(),
+            "site3 lost its slot"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let state = worker_of(&cluster, "copy1");
+    assert!(
+        state.starts_with("not running: no free background worker slot"),
+        "{state}"
+    );
+    let site3 = worker_of(&cluster, "site3");
+    assert!(site3.starts_with("running"), "{site3}");
+}

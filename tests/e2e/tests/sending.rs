@@ -2206,3 +2206,48 @@ fn a_page_unpublished_while_push_now_sends_it_gets_its_removal() {
         "announced, then removed: {sent:?}"
     );
 }
+
+/// `indexnow_push_now()` during a pause, or with a host held, sends nothing and says why in a
+/// NOTICE, so that a cron job can tell a pause from an empty queue (it returned no rows and said
+/// nothing).
+#[test]
+fn push_now_says_which_pause_or_hold_keeps_due_urls_waiting() {
+    let receiver = Receiver::start("127.0.0.1:0").unwrap();
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: sending_conf(&receiver.endpoint(), &[]),
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_add_host('off.example.com', '{KEY}'); \
+         SELECT indexnow_disable_host('off.example.com'); \
+         SELECT indexnow_queue('https://{HOST}/a'); \
+         SELECT indexnow_queue('https://off.example.com/b'); \
+         INSERT INTO indexnow_backoff VALUES ('*', now() + interval '1 hour', 429, 'slow down')"
+    ))
+    .unwrap();
+    let printed = cluster.psql("site", "SELECT count(*) FROM indexnow_push_now()");
+    assert!(
+        printed.contains("NOTICE:  indexnow: sending is paused until ")
+            && printed.contains(" for all hosts (status 429)"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "NOTICE:  indexnow: 1 due URLs of off.example.com wait: disabled: nothing is sent"
+        ),
+        "{printed}"
+    );
+    db.batch_execute(&format!(
+        "UPDATE indexnow_backoff SET scope = '{HOST}', status = 403"
+    ))
+    .unwrap();
+    let printed = cluster.psql("site", "SELECT count(*) FROM indexnow_push_now()");
+    assert!(
+        printed.contains(&format!(" for {HOST} (status 403): 1 due URLs wait")),
+        "{printed}"
+    );
+    assert!(!printed.contains("all hosts"), "{printed}");
+    assert!(sent_urls(&receiver).is_empty());
+}

@@ -203,3 +203,144 @@ fn a_dump_restored_into_another_cluster_sends_nothing_until_confirmed() {
     .unwrap();
     assert_eq!(count(&mut copy, "SELECT count(*) FROM indexnow_watches"), 2);
 }
+
+/// How README's "Copies and staging" starts a physical copy the first time.
+const README_FIRST_START: &str = "pg_ctl -o '-c indexnow.server_enabled=off' start";
+
+/// The indexnow workers of `db` that `pg_stat_activity` shows.
+fn workers_in_activity(cluster: &Cluster, db: &str) -> i64 {
+    count(
+        &mut cluster.connect("postgres"),
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker' AND datname = '{db}'"
+        ),
+    )
+}
+
+/// A physical copy (pg_basebackup) of a site whose database and role switch sending on
+/// (`ALTER DATABASE site SET indexnow.enabled = on`, `ALTER ROLE postgres SET ...`): started with
+/// `-c indexnow.enabled=off` on the command line (README's recipe up to 0.2.0) it sends with the
+/// production key, because a database's and a role's settings win over the command line for a
+/// SUSET setting; started as README says now (`-c indexnow.server_enabled=off`, a SIGHUP setting
+/// no database, role or session can set) its worker runs and sends nothing, and `ALTER SYSTEM`
+/// keeps it off for the starts after.
+#[test]
+fn a_physical_copy_started_as_the_readme_says_sends_nothing_whatever_its_databases_say() {
+    let receiver = receiver();
+    let primary = cluster(&receiver);
+    let mut site = primary.create_db_with_extension("site");
+    site.batch_execute(&format!("SELECT indexnow_add_host('{HOST}', '{KEY}')"))
+        .unwrap();
+    queue(&mut site, "/before-the-backup");
+    wait_until("the primary sends", SECONDS(30), || {
+        sent_urls(&receiver) == vec![format!("https://{HOST}/before-the-backup")]
+    });
+    primary
+        .connect("postgres")
+        .batch_execute(
+            "ALTER DATABASE site SET indexnow.enabled = on; \
+             ALTER ROLE postgres SET indexnow.enabled = on",
+        )
+        .unwrap();
+
+    for (recipe, leaks) in [
+        ("-c indexnow.enabled=off", true),
+        ("-c indexnow.server_enabled=off", false),
+    ] {
+        let before = sent_urls(&receiver).len();
+        let copy = Cluster::copy_of(&primary, recipe);
+        wait_until(
+            &format!("the copy's worker runs ({recipe})"),
+            SECONDS(30),
+            || workers_in_activity(&copy, "site") == 1,
+        );
+        let mut db = copy.connect("site");
+        let path = format!("/in-the-copy-{}", recipe.replace(' ', ""));
+        queue(&mut db, &path);
+        if leaks {
+            // The old recipe: the database's setting wins over the command line.
+            wait_until(
+                &format!("the copy started with {recipe} sends"),
+                SECONDS(30),
+                || sent_urls(&receiver).len() == before + 1,
+            );
+            continue;
+        }
+        a_few_passes();
+        assert_eq!(workers_in_activity(&copy, "site"), 1, "{}", copy.log());
+        assert_eq!(
+            sent_urls(&receiver).len(),
+            before,
+            "the copy started with {recipe} sent: {:?}",
+            sent_urls(&receiver)
+        );
+        let shown: String = db
+            .query_one("SHOW indexnow.server_enabled", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(shown, "off");
+        let held: String = db
+            .query_one(
+                "SELECT held FROM indexnow_status() WHERE host = $1",
+                &[&HOST],
+            )
+            .unwrap()
+            .get(0);
+        assert!(held.contains("indexnow.server_enabled is off"), "{held}");
+        assert!(
+            worker_of(&mut db).contains("indexnow.server_enabled is off"),
+            "{}",
+            worker_of(&mut db)
+        );
+        assert_eq!(
+            count(&mut db, "SELECT count(*) FROM indexnow_push_now()"),
+            0
+        );
+        // The recipe's second step, for the starts after: a plain start keeps it off.
+        db.batch_execute("ALTER SYSTEM SET indexnow.server_enabled = off")
+            .unwrap();
+        drop(db);
+        copy.stop();
+        copy.start_with("");
+        wait_until("the restarted copy's worker runs", SECONDS(30), || {
+            workers_in_activity(&copy, "site") == 1
+        });
+        let mut db = copy.connect("site");
+        queue(&mut db, "/after-a-plain-start");
+        a_few_passes();
+        assert_eq!(
+            sent_urls(&receiver).len(),
+            before,
+            "sent after a plain start"
+        );
+    }
+
+    // No database, role or session can set it: PostgreSQL refuses, with its own error.
+    let mut admin = primary.connect("postgres");
+    for sql in [
+        "ALTER DATABASE site SET indexnow.server_enabled = off",
+        "ALTER ROLE postgres SET indexnow.server_enabled = off",
+        "SET indexnow.server_enabled = off",
+    ] {
+        let e = admin.batch_execute(sql).unwrap_err();
+        let e = e.as_db_error().unwrap_or_else(|| panic!("{sql}: {e}"));
+        assert_eq!(
+            e.code(),
+            &postgres::error::SqlState::CANT_CHANGE_RUNTIME_PARAM,
+            "{sql}: {}",
+            e.message()
+        );
+        assert_eq!(
+            e.message(),
+            "parameter \"indexnow.server_enabled\" cannot be changed now",
+            "{sql}"
+        );
+    }
+    // The test started the copy with the recipe README gives.
+    let readme = include_str!("../../../README.md");
+    assert!(
+        readme.contains(README_FIRST_START),
+        "README no longer says {README_FIRST_START}"
+    );
+}
