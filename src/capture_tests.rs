@@ -3297,3 +3297,30 @@ fn a_watch_its_maker_could_not_derive_is_refused() {
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 1);
 }
+
+/// The queue keeps no row for a removal search engines accepted longer ago than the history is
+/// kept (`indexnow.history_days`): only for what is pending, live, recent, or given by a row.
+#[pg_test]
+fn settled_removals_are_pruned_after_the_history_and_nothing_else() {
+    site();
+    run(
+        "INSERT INTO pages (slug, title, status) VALUES ('old', 'T', 'published'), \
+           ('recent', 'T', 'published'), ('live', 'T', 'published'), ('again', 'T', 'published')",
+    );
+    pushed();
+    run("DELETE FROM pages WHERE slug IN ('old', 'recent', 'again')");
+    pushed();
+    run(
+        "UPDATE indexnow_urls SET last_pushed_at = now() - interval '40 days' \
+          WHERE url ~ '/th/(old|again|live)$'",
+    );
+    // Requested again since: pending, kept.
+    run("SELECT indexnow_queue('https://www.example.com/th/again', 'gone')");
+    assert_eq!(crate::send::prune_settled_removals(30), 1);
+    assert_eq!(
+        text("SELECT string_agg(url, ' ' ORDER BY url) FROM indexnow_urls").unwrap(),
+        "https://www.example.com/th/again https://www.example.com/th/live \
+         https://www.example.com/th/recent"
+    );
+    assert_eq!(crate::send::prune_settled_removals(30), 0);
+}

@@ -216,6 +216,11 @@ pub fn register() {
         GucContext::Sighup,
         none,
     );
+    // Any other `indexnow.` name is a typo, refused with a WARNING rather than kept as a
+    // placeholder: `-c indexnow.server_enable=off` at a copy's first start must not pass in
+    // silence while the copy sends.
+    // SAFETY: called once per process, after the settings above are defined, as extensions do.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"indexnow".as_ptr()) };
 }
 
 /// Whether this process sends: `indexnow.server_enabled` and `indexnow.enabled` both on.

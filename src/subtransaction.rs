@@ -25,6 +25,52 @@ pub struct Failure {
 /// Runs `f` in a subtransaction; the ERROR if it raised one (the subtransaction is then rolled
 /// back). A cancel is raised again.
 pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, Failure> {
+    run_catching(f, false).map_err(|e| match e {
+        Ended::Failed(failure) => failure,
+        Ended::OutOfTime => unreachable!("no time limit was set"),
+    })
+}
+
+/// How [`run_within`] ended without a result.
+pub enum Ended {
+    Failed(Failure),
+    /// `f` took longer than it was given: cancelled, and its subtransaction rolled back.
+    OutOfTime,
+}
+
+/// [`run`], with `f` cancelled once it has run for `at_most` (PostgreSQL's statement timeout,
+/// armed here: a background worker's statements have none of their own). For a worker's
+/// derivation, which a slow watch expression must not let run for ever.
+pub fn run_within<R>(at_most: std::time::Duration, f: impl FnOnce() -> R) -> Result<R, Ended> {
+    let ms = at_most.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: the statement timeout is registered for every backend and worker connected to a
+    // database (InitPostgres); it is disarmed below however `f` ends.
+    unsafe { enable_timeout_after(STATEMENT_TIMEOUT, ms) };
+    let outcome = run_catching(f, true);
+    // SAFETY: as above; a cancel the timeout asked for after `f` ended is not for what follows.
+    unsafe {
+        let fired_late = get_timeout_indicator(STATEMENT_TIMEOUT, false) && outcome.is_ok();
+        disable_timeout(STATEMENT_TIMEOUT, false);
+        if fired_late {
+            (&raw mut pg_sys::QueryCancelPending).write_volatile(0);
+        }
+    }
+    outcome
+}
+
+// utils/timeout.h, which pgrx does not bind: the same in PostgreSQL 15, 16 and 18 (the fourth
+// of `TimeoutId`).
+const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
+unsafe extern "C-unwind" {
+    fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
+    fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
+    fn get_timeout_indicator(id: std::ffi::c_int, reset_indicator: bool) -> bool;
+}
+
+/// The message PostgreSQL cancels a statement with when its statement timeout fires.
+const STATEMENT_TIMEOUT_MESSAGE: &str = "canceling statement due to statement timeout";
+
+fn run_catching<R>(f: impl FnOnce() -> R, timed: bool) -> Result<R, Ended> {
     // SAFETY: the subtransaction is begun and ended here, around code that either returns or
     // raises into the catch below; the memory context and resource owner are put back after,
     // as PL/pgSQL does for its exception blocks.
@@ -55,9 +101,12 @@ pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, Failure> {
             };
             let code = report.sql_error_code();
             if code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
+                if timed && report.message() == STATEMENT_TIMEOUT_MESSAGE {
+                    return Ended::OutOfTime;
+                }
                 (*caught).rethrow();
             }
-            Failure {
+            Ended::Failed(Failure {
                 message: report.message().to_string(),
                 code,
                 transient: matches!(
@@ -72,7 +121,7 @@ pub fn run<R>(f: impl FnOnce() -> R) -> Result<R, Failure> {
                         | PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED
                         | PgSqlErrorCode::ERRCODE_IO_ERROR
                 ),
-            }
+            })
         })
     }
 }

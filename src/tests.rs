@@ -841,6 +841,14 @@ fn the_writing_functions_refuse_a_read_only_transaction_by_name() {
     assert!(text("SELECT worker FROM indexnow_status()").is_some());
 }
 
+/// A setting of the extension's prefix that it does not define is a typo, refused by name:
+/// `-c indexnow.server_enable=off` must not pass in silence.
+#[pg_test]
+#[should_panic(expected = "invalid configuration parameter name \"indexnow.server_enable\"")]
+fn a_misspelt_setting_of_the_extension_is_refused() {
+    Spi::run("SET indexnow.server_enable = off").unwrap();
+}
+
 #[pg_test]
 fn a_null_where_a_value_is_needed_is_refused_by_name() {
     let cases = [

@@ -302,6 +302,34 @@ pub fn remove(ext: &str, ids: &[i64]) {
     .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
 }
 
+/// Splits the change sets `ids` (held by this transaction) into two of half the keys each, of
+/// the same table and watches, as old as the oldest of them: a worker's derivation of them took
+/// longer than it may (a slow watch expression), and each half is tried on its own. `false` when
+/// there is nothing to split (one key, or the whole table).
+pub fn split(ext: &str, ids: &[i64]) -> bool {
+    let sql = format!(
+        "WITH gone AS ( \
+             DELETE FROM {ext}.indexnow_changes \
+              WHERE id = ANY ($1) \
+                AND (SELECT sum(pg_catalog.jsonb_array_length(c.keys)) \
+                       FROM {ext}.indexnow_changes c WHERE c.id = ANY ($1)) > 1 \
+             RETURNING tbl, watches, keys, recorded_at), \
+         keyed AS ( \
+             SELECT g.tbl, g.watches, g.recorded_at, k.key, \
+                    row_number() OVER (ORDER BY g.recorded_at, k.n) AS n, \
+                    count(*) OVER () AS total \
+               FROM gone g, pg_catalog.jsonb_array_elements(g.keys) WITH ORDINALITY k (key, n)) \
+         INSERT INTO {ext}.indexnow_changes (tbl, watches, keys, recorded_at) \
+         SELECT tbl, watches, pg_catalog.jsonb_agg(key ORDER BY n), min(recorded_at) \
+           FROM keyed GROUP BY tbl, watches, n * 2 > total \
+         RETURNING id"
+    );
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, &sql, &[ids.to_vec().into()]).map(|made| !made.is_empty())
+    })
+    .unwrap_or_else(|e| error!("indexnow: splitting a change set: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -587,7 +587,7 @@ pub fn derive_one_change_set(
     passed_over: &mut Vec<i64>,
 ) -> usize {
     loop {
-        match derive_taken(ext, waiting, most, &[], passed_over) {
+        match derive_taken(ext, waiting, most, &[], passed_over, None) {
             Ok(derived) => return derived,
             Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
             // The change set stays: this transaction ends, and it is derived again.
@@ -609,6 +609,7 @@ fn derive_taken(
     most: usize,
     settings: &[(&'static str, String)],
     passed_over: &[i64],
+    at_most: Option<std::time::Duration>,
 ) -> Result<usize, Stuck> {
     // A read first: an idle worker's pass takes no transaction id.
     if most == 0 || !change_sets::waiting(ext) || !may_derive_here() {
@@ -617,6 +618,41 @@ fn derive_taken(
     let Some(taken) = change_sets::take(ext, waiting, most, passed_over) else {
         return Ok(0);
     };
+    // A worker's derivation of changed rows is given `at_most`: a slow watch expression must not
+    // stop its sending (the change sets are taken, and locked, outside the time it is given).
+    let wrote = match (at_most, &taken.keys) {
+        (Some(at_most), Some(_)) => {
+            match subtransaction::run_within(at_most, || derive_watches(ext, &taken, settings)) {
+                Ok(derived) => derived?,
+                Err(subtransaction::Ended::OutOfTime) => {
+                    return Err(out_of_time(ext, taken, at_most))
+                }
+                Err(subtransaction::Ended::Failed(failure)) => {
+                    error!(
+                        "indexnow: deriving the recorded changes: {}",
+                        failure.message
+                    )
+                }
+            }
+        }
+        _ => derive_watches(ext, &taken, settings)?,
+    };
+    if taken.keys.is_none() {
+        vacate_inactive(ext, taken.table, Reason::Deleted);
+    }
+    change_sets::remove(ext, &taken.ids);
+    if wrote {
+        crate::wake::worker_at_commit();
+    }
+    Ok(taken.ids.len())
+}
+
+/// Derives the change sets `taken` for each of their watches; whether it wrote to the queue.
+fn derive_watches(
+    ext: &str,
+    taken: &change_sets::Taken,
+    settings: &[(&'static str, String)],
+) -> Result<bool, Stuck> {
     let mut wrote = false;
     for watch in watches_of(ext, taken.table) {
         if taken
@@ -666,20 +702,49 @@ fn derive_taken(
                 return Err(Stuck {
                     table: watch.table,
                     message: unfinished.message,
-                    ids: taken.ids,
+                    ids: taken.ids.clone(),
                     broken: unfinished.broken,
+                    slow: false,
                 });
             }
         }
     }
-    if taken.keys.is_none() {
-        vacate_inactive(ext, taken.table, Reason::Deleted);
+    Ok(wrote)
+}
+
+/// A worker's derivation of `taken` took longer than `at_most` and was rolled back: the change
+/// sets are split in two, each tried on its own (by this pass, after the others, or the next);
+/// one changed row that alone takes that long is left for the next pass, and passed over by this
+/// one. Either way the worker goes on to send.
+fn out_of_time(ext: &str, taken: change_sets::Taken, at_most: std::time::Duration) -> Stuck {
+    let table = plan_cache::get_one::<String>(
+        "SELECT $1::pg_catalog.regclass::pg_catalog.text",
+        &[taken.table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| format!("table {}", taken.table.to_u32()));
+    let rows = match &taken.keys {
+        Some(Value::Array(keys)) => keys.len(),
+        _ => 0,
+    };
+    let split = change_sets::split(ext, &taken.ids);
+    let then = if split {
+        "split in two, each derived on its own"
+    } else {
+        "left for the next pass"
+    };
+    Stuck {
+        message: format!(
+            "deriving {rows} changed rows of {table} took longer than {} s (a slow or blocking \
+             watch expression): {then}; sending goes on",
+            at_most.as_secs_f64()
+        ),
+        table,
+        ids: if split { vec![] } else { taken.ids },
+        broken: false,
+        slow: true,
     }
-    change_sets::remove(ext, &taken.ids);
-    if wrote {
-        crate::wake::worker_at_commit();
-    }
-    Ok(taken.ids.len())
 }
 
 /// How long a worker's derivation waits for a queue row or source another transaction holds
@@ -695,18 +760,31 @@ pub struct Stuck {
     pub message: String,
     pub ids: Vec<i64>,
     pub broken: bool,
+    /// The derivation took longer than a worker gives it (see [`out_of_time`]).
+    pub slow: bool,
 }
 
 /// Derives the oldest change set no other sender holds, leaving out those `passed_over` in this
-/// pass, as a worker does, one a transaction: how many it derived, or the change sets that
-/// waited too long for another transaction's lock (they stay, for the next pass).
-pub fn derive_one_change_set_for_worker(ext: &str, passed_over: &[i64]) -> Result<usize, Stuck> {
+/// pass, as a worker does, one a transaction, in at most `at_most` when they are changed rows
+/// (a whole table's derivation is not cut short): how many it derived, or the change sets that
+/// waited too long for another transaction's lock or took too long (they stay, for the next
+/// pass, or are split: [`out_of_time`]).
+///
+/// `merge`: whether small change sets after it are taken with it (not while change sets split
+/// for taking too long wait: merged again, they would take as long).
+pub fn derive_one_change_set_for_worker(
+    ext: &str,
+    passed_over: &[i64],
+    at_most: std::time::Duration,
+    merge: bool,
+) -> Result<usize, Stuck> {
     derive_taken(
         ext,
         Waiting::Skip,
-        MERGED_AT_MOST,
+        if merge { MERGED_AT_MOST } else { 1 },
         &[("lock_timeout", WORKER_WAITS_AT_MOST.to_string())],
         passed_over,
+        Some(at_most),
     )
 }
 
@@ -728,7 +806,7 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
         // transaction deriving it, left open): that wait ends this reader's deriving the same way.
         let taken = subtransaction::run(|| {
             with_settings(&settings, || {
-                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &[], &passed_over)
+                derive_taken(ext, Waiting::Wait, MERGED_AT_MOST, &[], &passed_over, None)
             })
         })
         .unwrap_or_else(|failure| {
@@ -743,6 +821,7 @@ pub fn derive_change_sets_for_reader(ext: &str) -> i64 {
                 message: failure.message,
                 ids: vec![],
                 broken: false,
+                slow: false,
             })
         });
         match taken {

@@ -242,19 +242,33 @@ pub fn derive_change_sets(session: Session) -> bool {
             // derived, and tried again once every other one is (a pass cut short keeps the
             // list, so the next one does not spend its time on them again first).
             let mut passed_over = PASSED_OVER.take();
-            let until = Instant::now() + Duration::from_millis(guc::NAPTIME_MS.get() as u64);
+            let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
+            let until = Instant::now() + naptime;
+            let at_most = naptime.max(DERIVATION_AT_LEAST);
             while !session.told_to_stop() {
                 if Instant::now() >= until {
                     PASSED_OVER.set(passed_over);
                     return true;
                 }
-                match session
-                    .step(|| derive::derive_one_change_set_for_worker(&ext(), &passed_over))
-                {
-                    Ok(0) => break,
+                let merge = !SPLIT_WAITING.get();
+                match session.step(|| {
+                    derive::derive_one_change_set_for_worker(&ext(), &passed_over, at_most, merge)
+                }) {
+                    Ok(0) => {
+                        SPLIT_WAITING.set(false);
+                        break;
+                    }
                     Ok(_) => {}
                     // (its watch cannot derive now: the WARNING said so, once)
                     Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
+                    Err(stuck) if stuck.slow => {
+                        warning!("indexnow: {}", stuck.message);
+                        SPLIT_WAITING.set(true);
+                        passed_over.extend(stuck.ids);
+                        // (what was split is tried again by the next pass: this one sends)
+                        PASSED_OVER.set(passed_over);
+                        return true;
+                    }
                     Err(stuck) => {
                         log!(
                             "indexnow: the changes recorded for {} wait for another \
@@ -271,7 +285,17 @@ pub fn derive_change_sets(session: Session) -> bool {
     }
 }
 
+/// The least time a worker gives one derivation of changed rows (`indexnow.naptime` when longer):
+/// a derivation that takes longer is cut short and split (`derive::derive_one_change_set_for_worker`),
+/// so a slow or blocking watch expression delays the database's sending by about this much at
+/// most, a pass. Long enough for the largest change set a derivation takes (10,000 keys, about
+/// a second here) on a loaded machine.
+const DERIVATION_AT_LEAST: Duration = Duration::from_secs(5);
+
 thread_local! {
+    /// Whether change sets split for taking too long wait: until none is left, a worker derives
+    /// change sets one at a time (see `derive::derive_one_change_set_for_worker`).
+    static SPLIT_WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The change sets a worker's pass cut short had passed over, for the next pass.
     static PASSED_OVER: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
 }
@@ -1035,24 +1059,45 @@ fn record(batch: &Batch, decision: &Decision, took: f64) {
 /// History is pruned at most once a minute per process: rows a day too old are no hurry, and an
 /// idle pass should read nothing it does not need.
 fn prune_due() -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::AtomicU64;
     static LAST: AtomicU64 = AtomicU64::new(0);
+    once_in(&LAST, 60)
+}
+
+/// Whether `seconds` have passed since `last` said yes (and says yes now, once).
+fn once_in(last: &std::sync::atomic::AtomicU64, seconds: u64) -> bool {
+    use std::sync::atomic::Ordering;
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if last != 0 && now < last + 60 {
+    let before = last.load(Ordering::Relaxed);
+    if before != 0 && now < before + seconds {
         return false;
     }
-    LAST.store(now, Ordering::Relaxed);
+    last.store(now, Ordering::Relaxed);
     true
 }
 
+/// Prunes the history, and once an hour the settled removals of the queue (it reads the whole
+/// queue: `sql::prune_settled_removals`).
 fn prune(settings: &Settings) {
+    use std::sync::atomic::AtomicU64;
+    static REMOVALS_LAST: AtomicU64 = AtomicU64::new(0);
     Spi::connect_mut(|client| {
         plan_cache::write(client, sql::PRUNE, &[settings.history_days.into()]).map(|_| ())
     })
     .unwrap_or_else(|e| error!("indexnow: could not prune indexnow_pushes: {e}"));
+    if once_in(&REMOVALS_LAST, 3600) {
+        prune_settled_removals(settings.history_days);
+    }
+}
+
+/// Deletes the queue rows of removals settled more than `days` ago (`sql::prune_settled_removals`).
+pub(crate) fn prune_settled_removals(days: i32) -> usize {
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, &sql::prune_settled_removals(), &[days.into()]).map(|t| t.len())
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not prune the settled removals: {e}"))
 }
 
 /// How long the worker may sleep: until the next row becomes sendable, at most `naptime`. Rows

@@ -292,6 +292,23 @@ pub const KEY_STATE: &str = "UPDATE @extschema@.indexnow_hosts u \
 pub const PRUNE: &str =
     "DELETE FROM @extschema@.indexnow_pushes WHERE pushed_at < now() - make_interval(days => $1)";
 
+/// The queue rows that no longer need keeping: a removal search engines accepted more than `$1`
+/// days ago, with no request since, in no sender's hands, and given by no row (no source). The
+/// queue would otherwise keep a row for every URL ever known. Should the URL come back, it is
+/// announced as new, as it is to search engines.
+pub fn prune_settled_removals() -> String {
+    format!(
+        "DELETE FROM @extschema@.indexnow_urls u \
+          WHERE u.request_seq = u.settled_seq AND u.settled_reason IN ({}) \
+            AND u.failed_at IS NULL AND u.claimed_until IS NULL \
+            AND u.last_pushed_at < now() - make_interval(days => $1) \
+            AND NOT EXISTS (SELECT FROM @extschema@.indexnow_sources s \
+                             WHERE s.url_hash = u.url_hash) \
+         RETURNING 1",
+        crate::queue::removal_list()
+    )
+}
+
 /// Seconds from `$1` until the next row becomes sendable (due, its lease, if any, passed, and the
 /// pause of its host, if any, over), for the worker's sleep; NULL when nothing is pending. Same
 /// parameters as the claims. A row scheduled for `infinity` is never due: it counts as a day

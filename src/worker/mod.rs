@@ -505,7 +505,12 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
 /// What an idle worker shows in `pg_stat_activity`: idle, sending switched off, or paused.
 fn idle_activity(enabled: bool) -> String {
     if !enabled {
-        return "indexnow: idle, indexnow.enabled is off (queueing goes on)".into();
+        let setting = if guc::SERVER_ENABLED.get() {
+            "indexnow.enabled"
+        } else {
+            "indexnow.server_enabled"
+        };
+        return format!("indexnow: idle, {setting} is off (queueing goes on)");
     }
     let paused: Option<String> = crate::plan_cache::get_one(
         "SELECT 'paused until ' || max(until)::text || ' (' || string_agg(DISTINCT \

@@ -1007,7 +1007,8 @@ fn dry_run_sends_nothing_and_records_every_decision_once() {
 #[test]
 fn the_server_log_has_a_line_per_request_pause_and_resume_and_none_per_url() {
     let receiver = receiver();
-    receiver.script([ok(), status(429, Some("3"), "slow down")]);
+    // (Retry-After above the floor of 5 s, which a shorter one would be raised to)
+    receiver.script([ok(), status(429, Some("6"), "slow down")]);
     let cluster = cluster(&receiver, &[]);
     let mut db = cluster.create_db_with_extension("site");
     queue_for_host(&mut db, "/first/", 3);
@@ -1049,7 +1050,7 @@ fn the_server_log_has_a_line_per_request_pause_and_resume_and_none_per_url() {
     let first = line("indexnow: sent 3 URLs for www.example.com: status 200 in ");
     let throttled = line("indexnow: sent 2 URLs for www.example.com: status 429 in ");
     let paused = line(&format!(
-        "indexnow: sending paused for 3 s, for all hosts (status 429 from {})",
+        "indexnow: sending paused for 6 s, for all hosts (status 429 from {})",
         receiver.endpoint()
     ));
     let resumed = line("indexnow: the pause for all hosts (status 429) is over; sending resumes");
@@ -1476,6 +1477,58 @@ fn a_worker_deriving_shows_what_it_derives() {
     wait_until("the 40 posts are sent", SECONDS(30), || {
         accepted_urls(&receiver.received()).len() == 40
     });
+}
+
+/// A slow watch expression does not stall the database's sending: a worker's derivation is cut
+/// short after its time (5 s), split, and tried again in halves, while another host's URL goes
+/// out; every page is derived in the end.
+#[test]
+fn a_slow_watch_expression_does_not_hold_up_another_hosts_url() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &["indexnow.derive_at_write = 0"]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_add_host('other.example.com', '{KEY}'); \
+         CREATE FUNCTION slowly_visible() RETURNS boolean LANGUAGE plpgsql AS \
+           'BEGIN PERFORM pg_sleep(0.25); RETURN true; END'; \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}', \
+                               visible => 'slowly_visible()');"
+    ))
+    .unwrap();
+    // 60 rows: 15 s of expression, in one change set.
+    db.batch_execute("INSERT INTO posts SELECT g, 'p' || g FROM generate_series(1, 60) g")
+        .unwrap();
+    wait_until("the worker derives", SECONDS(20), || {
+        worker_activity(&mut db, "site").is_some_and(|(_, q)| q.starts_with("indexnow: deriving"))
+    });
+    let started = Instant::now();
+    db.batch_execute("SELECT indexnow_queue('https://other.example.com/quick')")
+        .unwrap();
+    wait_until("the other host's URL is sent", SECONDS(30), || {
+        accepted_urls(&receiver.received()).contains_key("https://other.example.com/quick")
+    });
+    let took = started.elapsed();
+    assert!(took < SECONDS(10), "another host's URL waited {took:?}");
+    let all_sent = Instant::now();
+    while accepted_urls(&receiver.received()).len() < 61 {
+        assert!(
+            all_sent.elapsed() < SECONDS(120),
+            "{} of 61 sent; changes left: {}\n{}",
+            accepted_urls(&receiver.received()).len(),
+            count(&mut db, "SELECT count(*) FROM indexnow_changes"),
+            cluster.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        cluster
+            .log()
+            .contains("took longer than 5 s (a slow or blocking watch expression)"),
+        "{}",
+        cluster.log()
+    );
 }
 
 #[test]
