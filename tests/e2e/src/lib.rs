@@ -138,34 +138,7 @@ impl Cluster {
     /// A hot standby of `primary` (pg_basebackup -R), started with `conf` appended: it inherits the
     /// primary's settings, so `conf` overrides them.
     pub fn standby_of(primary: &Cluster, conf: &[&str]) -> Cluster {
-        let port = free_port();
-        let dir = cluster_dir(port);
-        let data = dir.join("data");
-        run(
-            "pg_basebackup",
-            as_postgres(&format!("{}/pg_basebackup", pg_bin())).args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-                "-D",
-                data.to_str().unwrap(),
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ]),
-        );
-        let mut lines = vec![
-            format!("port = {port}"),
-            format!("unix_socket_directories = '{}'", dir.display()),
-        ];
-        lines.extend(conf.iter().map(|l| l.to_string()));
-        append_conf(&data, &lines);
-        let standby = Cluster { dir, port };
+        let standby = Cluster::base_backup_of(primary, true, conf);
         standby.pg_ctl(&["start", "-w", "-t", "60"]);
         standby
     }
@@ -174,36 +147,46 @@ impl Cluster {
     /// its own, as a copy for staging does), started the first time with
     /// `pg_ctl -o '<start_options>' start`, as a DBA starts it.
     pub fn copy_of(primary: &Cluster, start_options: &str) -> Cluster {
+        let copy = Cluster::base_backup_of(primary, false, &[]);
+        copy.start_with(start_options);
+        copy
+    }
+
+    /// A base backup of `primary` in a new folder, not started: a standby (`-R`) or a copy, with
+    /// its own port and socket folder and `conf` appended.
+    fn base_backup_of(primary: &Cluster, standby: bool, conf: &[&str]) -> Cluster {
         let port = free_port();
         let dir = cluster_dir(port);
         let data = dir.join("data");
+        let primary_port = primary.port.to_string();
+        let mut args = vec![
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary_port,
+            "-U",
+            "postgres",
+            "-D",
+            data.to_str().unwrap(),
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        ];
+        if standby {
+            args.push("-R");
+        }
         run(
             "pg_basebackup",
-            as_postgres(&format!("{}/pg_basebackup", pg_bin())).args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-                "-D",
-                data.to_str().unwrap(),
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ]),
+            as_postgres(&format!("{}/pg_basebackup", pg_bin())).args(&args),
         );
-        append_conf(
-            &data,
-            &[
-                format!("port = {port}"),
-                format!("unix_socket_directories = '{}'", dir.display()),
-            ],
-        );
-        let copy = Cluster { dir, port };
-        copy.start_with(start_options);
-        copy
+        let mut lines = vec![
+            format!("port = {port}"),
+            format!("unix_socket_directories = '{}'", dir.display()),
+        ];
+        lines.extend(conf.iter().map(|l| l.to_string()));
+        append_conf(&data, &lines);
+        Cluster { dir, port }
     }
 
     /// `pg_ctl -o '<options>' start` (no `-o` when `options` is empty).

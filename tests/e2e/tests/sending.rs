@@ -1531,16 +1531,26 @@ fn a_slow_watch_expression_does_not_hold_up_another_hosts_url() {
     );
 }
 
-#[test]
-fn drop_database_goes_ahead_while_a_request_hangs() {
+/// A worker's request that hangs (the endpoint answers nothing for `hang_ms`, `http_timeout`
+/// long enough), under way for one URL of the database `site`.
+fn request_under_way(hang_ms: u64, http_timeout: &str) -> (Receiver, Cluster, postgres::Client) {
     let receiver = receiver();
-    receiver.set_default(Reply::Hang { hang_ms: 60_000 });
-    let cluster = cluster(&receiver, &["indexnow.http_timeout = '60s'"]);
+    receiver.set_default(Reply::Hang { hang_ms });
+    let cluster = cluster(
+        &receiver,
+        &[&format!("indexnow.http_timeout = '{http_timeout}'")],
+    );
     let mut db = cluster.create_db_with_extension("site");
     queue_for_host(&mut db, "/p/", 1);
     wait_until("the request is under way", SECONDS(30), || {
         receiver.arrived() == 1
     });
+    (receiver, cluster, db)
+}
+
+#[test]
+fn drop_database_goes_ahead_while_a_request_hangs() {
+    let (_receiver, cluster, db) = request_under_way(60_000, "60s");
     drop(db);
     let started = Instant::now();
     cluster
@@ -1556,10 +1566,7 @@ fn drop_database_goes_ahead_while_a_request_hangs() {
 /// a backend waits, absorbing barriers.
 #[test]
 fn ddl_of_another_database_does_not_wait_for_a_hanging_request() {
-    let receiver = receiver();
-    receiver.set_default(Reply::Hang { hang_ms: 60_000 });
-    let cluster = cluster(&receiver, &["indexnow.http_timeout = '60s'"]);
-    let mut db = cluster.create_db_with_extension("site");
+    let (receiver, cluster, _db) = request_under_way(60_000, "60s");
     let mut postgres = cluster.connect("postgres");
     let space = cluster.dir.join("space");
     std::fs::create_dir_all(&space).unwrap();
@@ -1574,10 +1581,6 @@ fn ddl_of_another_database_does_not_wait_for_a_hanging_request() {
     ] {
         postgres.batch_execute(&ddl).unwrap();
     }
-    queue_for_host(&mut db, "/p/", 1);
-    wait_until("the request is under way", SECONDS(30), || {
-        receiver.arrived() == 1
-    });
     for ddl in [
         "DROP DATABASE plain",
         "ALTER DATABASE moved SET TABLESPACE space",
@@ -1604,14 +1607,7 @@ fn ddl_of_another_database_does_not_wait_for_a_hanging_request() {
 /// start again meanwhile); the URL it was sending is still queued after the restart.
 #[test]
 fn a_crashed_postmaster_takes_a_worker_in_a_request_with_it_and_the_server_starts_again() {
-    let receiver = receiver();
-    receiver.set_default(Reply::Hang { hang_ms: 120_000 });
-    let cluster = cluster(&receiver, &["indexnow.http_timeout = '100s'"]);
-    let mut db = cluster.create_db_with_extension("site");
-    queue_for_host(&mut db, "/p/", 1);
-    wait_until("the request is under way", SECONDS(30), || {
-        receiver.arrived() == 1
-    });
+    let (_receiver, cluster, mut db) = request_under_way(120_000, "100s");
     let worker = worker_pid(&mut db, "site").expect("a worker serves the database");
     drop(db);
     sigkill(cluster.postmaster_pid());
