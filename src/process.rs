@@ -28,11 +28,23 @@ pub fn wait_a_moment(at_most: Duration) {
     // SAFETY: this process's own latch, waited on by its main thread, as PostgreSQL's own
     // processes wait; the interrupts are handled outside any critical section.
     unsafe {
-        pg_sys::WaitLatch(pg_sys::MyLatch, events, ms, pg_sys::PG_WAIT_EXTENSION);
+        let rc = pg_sys::WaitLatch(pg_sys::MyLatch, events, ms, pg_sys::PG_WAIT_EXTENSION);
         pg_sys::ResetLatch(pg_sys::MyLatch);
+        if rc & pg_sys::WL_LATCH_SET as i32 != 0 {
+            WOKEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     pgrx::check_for_interrupts!();
 }
+
+/// Whether the latch was set during a [`wait_a_moment`] (a commit that recorded changes or
+/// queued URLs woke the worker while it waited for an answer): the worker then sets it again
+/// before it sleeps, so that the wake-up is not lost. Asks once.
+pub fn woken_meanwhile() -> bool {
+    WOKEN.swap(false, std::sync::atomic::Ordering::Relaxed)
+}
+
+static WOKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Sends what this process wrote to the statistics system (`pg_stat_user_tables`, which
 /// autovacuum reads), as a backend does between statements: `force` before sleeping, otherwise

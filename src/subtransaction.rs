@@ -47,15 +47,27 @@ pub fn run_within<R>(at_most: std::time::Duration, f: impl FnOnce() -> R) -> Res
     // database (InitPostgres); it is disarmed below however `f` ends.
     unsafe { enable_timeout_after(STATEMENT_TIMEOUT, ms) };
     let outcome = run_catching(f, true);
-    // SAFETY: as above; a cancel the timeout asked for after `f` ended is not for what follows.
+    // A cancel the timer asked for and nothing raised yet (it fired as `f` ended) is not for what
+    // follows.
+    // SAFETY: as above.
     unsafe {
-        let fired_late = get_timeout_indicator(STATEMENT_TIMEOUT, false) && outcome.is_ok();
-        disable_timeout(STATEMENT_TIMEOUT, false);
-        if fired_late {
+        let fired = disarm_statement_timeout();
+        if fired && !matches!(outcome, Err(Ended::OutOfTime)) {
             (&raw mut pg_sys::QueryCancelPending).write_volatile(0);
         }
     }
     outcome
+}
+
+/// Disarms the statement timeout [`run_within`] armed; whether it had fired.
+///
+/// # Safety
+/// Only after `enable_timeout_after(STATEMENT_TIMEOUT, ..)`, in the same process.
+unsafe fn disarm_statement_timeout() -> bool {
+    // (an armed timeout is active until it fires)
+    let fired = !get_timeout_active(STATEMENT_TIMEOUT);
+    disable_timeout(STATEMENT_TIMEOUT, false);
+    fired
 }
 
 // utils/timeout.h, which pgrx does not bind: the same in PostgreSQL 15, 16 and 18 (the fourth
@@ -64,11 +76,8 @@ const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
 unsafe extern "C-unwind" {
     fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
     fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
-    fn get_timeout_indicator(id: std::ffi::c_int, reset_indicator: bool) -> bool;
+    fn get_timeout_active(id: std::ffi::c_int) -> bool;
 }
-
-/// The message PostgreSQL cancels a statement with when its statement timeout fires.
-const STATEMENT_TIMEOUT_MESSAGE: &str = "canceling statement due to statement timeout";
 
 fn run_catching<R>(f: impl FnOnce() -> R, timed: bool) -> Result<R, Ended> {
     // SAFETY: the subtransaction is begun and ended here, around code that either returns or
@@ -101,8 +110,13 @@ fn run_catching<R>(f: impl FnOnce() -> R, timed: bool) -> Result<R, Ended> {
             };
             let code = report.sql_error_code();
             if code == PgSqlErrorCode::ERRCODE_QUERY_CANCELED {
-                if timed && report.message() == STATEMENT_TIMEOUT_MESSAGE {
+                // Ours when the timer armed for `f` has fired (the message is translated: not
+                // to be compared); any other cancel is the caller's, and raised again.
+                if timed && !get_timeout_active(STATEMENT_TIMEOUT) {
                     return Ended::OutOfTime;
+                }
+                if timed {
+                    disarm_statement_timeout();
                 }
                 (*caught).rethrow();
             }

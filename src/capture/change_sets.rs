@@ -162,12 +162,12 @@ pub fn waiting(ext: &str) -> bool {
 
 /// What the capture triggers recorded and no derivation has turned into queue rows yet: how many
 /// rows (a change of a whole table — TRUNCATE, a derivation owed — counts as the table's
-/// estimated rows), and how long the oldest change has waited (`None` when nothing waits). Read
+/// estimated rows, at least one), and how long the oldest change has waited (`None` when nothing waits). Read
 /// by `indexnow_status()`, which derives nothing: monitoring answers at once whatever waits.
 pub fn waiting_summary(ext: &str) -> (i64, Option<Interval>) {
     let sql = format!(
         "SELECT coalesce(sum(CASE WHEN c.keys IS NULL \
-                                  THEN greatest(t.reltuples, 0)::int8 \
+                                  THEN greatest(t.reltuples, 1)::int8 \
                                   ELSE pg_catalog.jsonb_array_length(c.keys) END), 0)::int8, \
                 CASE WHEN count(*) > 0 \
                      THEN greatest(now() - min(c.recorded_at), interval '0') END \

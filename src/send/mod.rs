@@ -285,12 +285,14 @@ pub fn derive_change_sets(session: Session) -> bool {
     }
 }
 
-/// The least time a worker gives one derivation of changed rows (`indexnow.naptime` when longer):
-/// a derivation that takes longer is cut short and split (`derive::derive_one_change_set_for_worker`),
-/// so a slow or blocking watch expression delays the database's sending by about this much at
-/// most, a pass. Long enough for the largest change set a derivation takes (10,000 keys, about
-/// a second here) on a loaded machine.
-const DERIVATION_AT_LEAST: Duration = Duration::from_secs(5);
+/// The least time a worker gives one derivation of changed rows (`indexnow.naptime` and this when
+/// longer): a derivation that takes longer is cut short and split
+/// (`derive::derive_one_change_set_for_worker`), so a slow or blocking watch expression delays
+/// the database's sending by about this much at most, a pass. Longer than the derivation's own
+/// lock wait (`derive::WORKER_WAITS_AT_MOST`, 5 s), so that a row another transaction holds is
+/// left as such and not taken for a slow expression; and several times what the largest change
+/// set a derivation takes (10,000 keys) costs at the speeds docs/benchmarks.md gives.
+const DERIVATION_AT_LEAST: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// Whether change sets split for taking too long wait: until none is left, a worker derives
@@ -492,7 +494,7 @@ impl Pass<'_> {
                     throttled_before,
                 );
                 if let Outcome::TooLarge { note } = &outcome {
-                    outcome = split_batches(&host.host, a.what.claimed.len(), note, self.settings);
+                    outcome = split_batches(&host.host, a.what.claimed.len(), note);
                 }
                 self.settle(
                     a.what,
@@ -800,13 +802,12 @@ fn batch_size_for(host: &str, settings: &Settings) -> i64 {
 
 /// A 413 (the request too large for the endpoint): the URLs stay due, and this process sends the
 /// host's in requests of half as many from now on (until it exits). A request of one URL that is
-/// too large is an answer about the endpoint: all sending pauses, loudly.
-fn split_batches(host: &str, carried: usize, note: &str, settings: &Settings) -> Outcome {
+/// too large condemns that URL: it fails, as a 400 would.
+fn split_batches(host: &str, carried: usize, note: &str) -> Outcome {
     if carried <= 1 {
-        return Outcome::PauseAll {
-            pause: settings.backoffs.unavailable,
-            note: note.to_string(),
-            act: Some("check indexnow.endpoint: it refuses a request of one URL as too large"),
+        // (that URL alone is too large: paused for, it would hold every host up again and again)
+        return Outcome::Refused {
+            note: format!("{note}; a request of this URL alone is too large for the endpoint"),
         };
     }
     let half = (carried / 2) as i64;

@@ -295,15 +295,18 @@ pub const PRUNE: &str =
 /// The queue rows that no longer need keeping: a removal search engines accepted more than `$1`
 /// days ago, with no request since, in no sender's hands, and given by no row (no source). The
 /// queue would otherwise keep a row for every URL ever known. Should the URL come back, it is
-/// announced as new, as it is to search engines.
+/// announced as new, as it is to search engines. A row another transaction holds is left for the
+/// next time: the prune waits for no one.
 pub fn prune_settled_removals() -> String {
     format!(
-        "DELETE FROM @extschema@.indexnow_urls u \
-          WHERE u.request_seq = u.settled_seq AND u.settled_reason IN ({}) \
-            AND u.failed_at IS NULL AND u.claimed_until IS NULL \
-            AND u.last_pushed_at < now() - make_interval(days => $1) \
-            AND NOT EXISTS (SELECT FROM @extschema@.indexnow_sources s \
-                             WHERE s.url_hash = u.url_hash) \
+        "DELETE FROM @extschema@.indexnow_urls WHERE url_hash IN ( \
+           SELECT u.url_hash FROM @extschema@.indexnow_urls u \
+            WHERE u.request_seq = u.settled_seq AND u.settled_reason IN ({}) \
+              AND u.failed_at IS NULL AND u.claimed_until IS NULL \
+              AND u.last_pushed_at < now() - make_interval(days => $1) \
+              AND NOT EXISTS (SELECT FROM @extschema@.indexnow_sources s \
+                               WHERE s.url_hash = u.url_hash) \
+              FOR UPDATE SKIP LOCKED) \
          RETURNING 1",
         crate::queue::removal_list()
     )

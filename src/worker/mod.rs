@@ -493,6 +493,10 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         );
         report_activity(&idle, false);
         report_statistics(true);
+        if crate::process::woken_meanwhile() {
+            // SAFETY: this process's own latch.
+            unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
+        }
         if !BackgroundWorker::wait_latch(Some(if enabled { sleep } else { naptime }))
             || told_to_stop()
         {
