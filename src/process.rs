@@ -59,8 +59,8 @@ pub fn report_statistics(force: bool) {
 /// Shows `what` as this worker's `query` in `pg_stat_activity`, its `state` active when `busy`;
 /// nothing in a client's backend, whose own statement is what it shows.
 pub fn report_activity(what: &str, busy: bool) {
-    // SAFETY: a flag set once at the process's start.
-    if !unsafe { pg_sys::IsBackgroundWorker } {
+    // SAFETY: set once at a background worker's start, NULL in any other process.
+    if unsafe { pg_sys::MyBgworkerEntry }.is_null() {
         return;
     }
     let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
