@@ -1448,31 +1448,36 @@ fn worker_activity(db: &mut postgres::Client, datname: &str) -> Option<(String, 
     .map(|r| (r.get(0), r.get(1)))
 }
 
-/// A worker deriving shows it in pg_stat_activity: how many rows, of which table, for which
-/// pattern (a slow watch expression is seen there, not as an idle worker).
-#[test]
-fn a_worker_deriving_shows_what_it_derives() {
+/// The database `site` of a cluster whose saves are recorded (derived by the worker after the
+/// commit), with `posts` watched for the test host through a `visible` that takes `seconds` a
+/// row, and `rows` posts inserted in one statement.
+fn slowly_derived_posts(seconds: f64, rows: i32) -> (Receiver, Cluster, postgres::Client) {
     let receiver = receiver();
     let cluster = cluster(&receiver, &["indexnow.derive_at_write = 0"]);
     let mut db = cluster.create_db_with_extension("site");
     db.batch_execute(&format!(
         "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_add_host('other.example.com', '{KEY}'); \
          CREATE FUNCTION slowly_visible() RETURNS boolean LANGUAGE plpgsql AS \
-           'BEGIN PERFORM pg_sleep(0.1); RETURN true; END'; \
+           'BEGIN PERFORM pg_sleep({seconds}); RETURN true; END'; \
          CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL); \
          SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}', \
                                visible => 'slowly_visible()'); \
-         INSERT INTO posts SELECT g, 'p' || g FROM generate_series(1, 40) g;"
+         INSERT INTO posts SELECT g, 'p' || g FROM generate_series(1, {rows}) g;"
     ))
     .unwrap();
+    (receiver, cluster, db)
+}
+
+/// A worker deriving shows it in pg_stat_activity: how many rows, of which table, for which
+/// pattern (a slow watch expression is seen there, not as an idle worker).
+#[test]
+fn a_worker_deriving_shows_what_it_derives() {
+    let (receiver, _cluster, mut db) = slowly_derived_posts(0.1, 40);
     let want =
         format!("indexnow: deriving 40 changed rows of public.posts for https://{HOST}/{{slug}}");
-    let mut seen = vec![];
     wait_until("the worker shows it derives", SECONDS(20), || {
-        let now = worker_activity(&mut db, "site");
-        let found = now == Some(("active".to_string(), want.clone()));
-        seen.extend(now);
-        found
+        worker_activity(&mut db, "site") == Some(("active".to_string(), want.clone()))
     });
     wait_until("the 40 posts are sent", SECONDS(30), || {
         accepted_urls(&receiver.received()).len() == 40
@@ -1484,22 +1489,8 @@ fn a_worker_deriving_shows_what_it_derives() {
 /// out; every page is derived in the end.
 #[test]
 fn a_slow_watch_expression_does_not_hold_up_another_hosts_url() {
-    let receiver = receiver();
-    let cluster = cluster(&receiver, &["indexnow.derive_at_write = 0"]);
-    let mut db = cluster.create_db_with_extension("site");
-    db.batch_execute(&format!(
-        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
-         SELECT indexnow_add_host('other.example.com', '{KEY}'); \
-         CREATE FUNCTION slowly_visible() RETURNS boolean LANGUAGE plpgsql AS \
-           'BEGIN PERFORM pg_sleep(0.4); RETURN true; END'; \
-         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL); \
-         SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}', \
-                               visible => 'slowly_visible()');"
-    ))
-    .unwrap();
     // 50 rows: 20 s of expression, in one change set.
-    db.batch_execute("INSERT INTO posts SELECT g, 'p' || g FROM generate_series(1, 50) g")
-        .unwrap();
+    let (receiver, cluster, mut db) = slowly_derived_posts(0.4, 50);
     wait_until("the worker derives", SECONDS(20), || {
         worker_activity(&mut db, "site").is_some_and(|(_, q)| q.starts_with("indexnow: deriving"))
     });
