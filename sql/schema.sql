@@ -95,7 +95,7 @@ CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
 CREATE INDEX indexnow_urls_failed ON indexnow_urls (host) WHERE failed_at IS NOT NULL;
 
 -- What indexnow_watch() set up: one row per watched table and URL pattern, with the statements it
--- generated (src/capture/statements.rs) to derive the watch's URLs from rows of the table: for
+-- generated (src/derive/statements.rs) to derive the watch's URLs from rows of the table: for
 -- the rows named by a change set (`derive_keys`) and for the whole table (`derive_all`, for
 -- TRUNCATE and indexnow_reconcile()); a new watch's baseline is generated and run once, not kept.
 -- `indexnow_unwatch()` keeps the row, inactive, while URLs it gave are still known to search

@@ -13,7 +13,7 @@
 -- Watching, for a role that is not the extension's owner, in one step:
 --   SELECT indexnow_grant_watching('editor');   -- and indexnow_revoke_watching('editor')
 -- The role may then watch, unwatch and reconcile the tables it has the TRIGGER privilege on (its
--- own), and a watch's SQL runs with that role's rights (src/capture/owner.rs).
+-- own), and a watch's SQL runs with that role's rights (src/derive/owner.rs).
 CREATE FUNCTION _indexnow_watching_privilege(role regrole, give boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
@@ -80,11 +80,11 @@ ALTER FUNCTION indexnow_queue(text, text) SECURITY DEFINER SET search_path = pg_
 ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET max_parallel_workers_per_gather = 0 SET jit = off;
 -- Watching runs as its caller (the caller's rights and search_path check the arguments and the
--- watch's SQL), then does the extension's part as the extension's owner (src/capture/owner.rs).
+-- watch's SQL), then does the extension's part as the extension's owner (src/derive/owner.rs).
 -- indexnow_watch is not pinned: the watch's expressions are written for the caller's search_path.
 ALTER FUNCTION indexnow_unwatch(regclass, text) SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION indexnow_reconcile(regclass) SET search_path = pg_catalog, pg_temp;
--- _indexnow_watch_rows() (src/capture/owner.rs) runs a watch's SQL as the role that made it, under
+-- _indexnow_watch_rows() (src/derive/owner.rs) runs a watch's SQL as the role that made it, under
 -- the watch's own search_path, which the derivation that calls it has set: not pinned here.
 -- Follows partitions joining or leaving a watched tree (called by the event trigger, as the
 -- extension's owner: see _indexnow_on_ddl() in capture.sql).

@@ -73,7 +73,7 @@ fn a_watch_stores_the_golden_statements() {
         ))
         .unwrap()
         .unwrap();
-        let want = crate::capture::statements::demo_site::pages(lang, id).statements();
+        let want = crate::derive::statements::demo_site::pages(lang, id).statements();
         let stored = |column: &str| {
             Spi::get_one::<String>(&format!(
                 "SELECT {column} FROM indexnow_watches WHERE id = {id}"
@@ -1501,7 +1501,7 @@ fn a_key_of_another_type_after_alter_table_is_recorded_as_written() {
 fn change_set_keys_that_are_not_an_array_are_refused() {
     run("CREATE TABLE by_one (k int PRIMARY KEY, slug text)");
     let oid = count("SELECT 'by_one'::regclass::oid::bigint") as u32;
-    crate::capture::change_sets::record_keys(
+    crate::derive::change_sets::record_keys(
         "public",
         pg_sys::Oid::from(oid),
         None,
@@ -1516,7 +1516,7 @@ fn change_set_keys_that_are_not_an_array_are_refused() {
 #[pg_test]
 fn a_page_edited_in_place_takes_the_small_statement() {
     use std::sync::atomic::Ordering::Relaxed;
-    let taken = || crate::capture::derive::EDITED_IN_PLACE.load(Relaxed);
+    let taken = || crate::derive::EDITED_IN_PLACE.load(Relaxed);
     let source = |what: &str| {
         text(&format!(
             "SELECT {what} FROM indexnow_sources WHERE url = 'https://www.example.com/th/a'"

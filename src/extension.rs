@@ -11,16 +11,10 @@ pub fn schema() -> String {
 }
 
 /// The schema the extension is installed in, quoted, or `None` when this database has no
-/// `indexnow` extension (a worker's database may lose it).
+/// `indexnow` extension (a worker's database may lose it). The statements kept by
+/// `crate::plan_cache` are filled in with the same (`@extschema@`), so the query is there.
 pub fn installed_schema() -> Option<String> {
-    let name: Option<String> = crate::plan_cache::get_one(
-        "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
-           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
-          WHERE e.extname = 'indexnow'",
-        &[],
-    )
-    .unwrap_or_else(|e| error!("indexnow: finding the extension's schema: {e}"));
-    name.map(|n| quote_ident(&n))
+    crate::plan_cache::extension_schema()
 }
 
 /// The same schema, found without a query: the schema of one of the extension's own functions
@@ -52,21 +46,9 @@ pub fn owner() -> pg_sys::Oid {
 /// schema (`public`, often) may be open to others, and a function of theirs there with a closer
 /// argument type (`format(text, name, name)`, `unnest(text[])`) would be chosen over the built-in
 /// one, and run with the extension's rights. So every statement names the extension's objects
-/// with their schema: as `@extschema@.name`, as in the SQL files (filled in by [`qualified`]), or
+/// with their schema: as `@extschema@.name`, as in the SQL files (filled in by `crate::plan_cache::qualified`), or
 /// as `{ext}.name` in a statement built with the schema at hand.
 pub const OWN_SEARCH_PATH: &str = "pg_catalog, pg_temp";
-
-/// How a statement names the extension's schema (see [`OWN_SEARCH_PATH`]).
-const EXTSCHEMA: &str = "@extschema@";
-
-/// `sql` with `@extschema@` replaced by the extension's schema, quoted.
-pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
-    if sql.contains(EXTSCHEMA) {
-        sql.replace(EXTSCHEMA, &schema()).into()
-    } else {
-        sql.into()
-    }
-}
 
 /// The version of this library (the `.so` file). The extension's SQL in a database is another
 /// version between installing a new release and `ALTER EXTENSION indexnow UPDATE` there.

@@ -15,7 +15,7 @@
 //! confirm once.)
 
 use crate::error::{invalid_parameter, required, shown};
-use crate::extension::qualified;
+use crate::plan_cache::qualified;
 use crate::queue::due::{FAILED_SQL, KEY_FAILED_SQL};
 use pgrx::prelude::*;
 

@@ -3,6 +3,7 @@
 //!
 //! The map of the code, every file (a test fails when a file is missing here, or named here and
 //! gone). Layers, from the bottom: settings, protocol, errors and helpers; the queue's rules; hosts;
+//! derivation;
 //! capture and sending; status; the workers. "Behaviour N" in comments is the numbered list of
 //! behaviours in `docs/reliability.md`, each with the tests that would catch its loss.
 //!
@@ -23,28 +24,32 @@
 //! - `queue/due.rs`        the due rule, in Rust and in SQL
 //! - `hosts.rs`            `indexnow_add_host()` and the key rules, switching hosts off and on, the
 //!   home rule: a copy of the database sends nothing until `indexnow_confirm_copy()`
-//! - `capture/mod.rs`      capture: from writes to content tables to queue requests
+//! - `derive/mod.rs`     derivation, the one engine from "these rows of this table changed" to queue
+//!   requests: runs a watch's statement over rows (a failing row skipped alone), change sets
+//!   derived after commit; used by capture and by the senders, and imports neither
+//! - `derive/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
+//! - `derive/settings.rs`  the settings every derivation runs under
+//! - `derive/change_sets.rs`  change sets: recorded by the writing statement, taken by a deriver
+//! - `derive/key.rs`      a table's primary key as the watches use it
+//! - `derive/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
+//! - `derive/template.rs` URL templates and their percent-encoding
+//! - `derive/fingerprint.rs`  `indexnow_fingerprint()` for custom triggers (watches fingerprint in
+//!   their generated SQL)
+//! - `capture/mod.rs`      capture: from writes to content tables to recorded changes
 //! - `capture/watch.rs`    `indexnow_watch()`, `indexnow_unwatch()`, `indexnow_reconcile()`,
 //!   `indexnow_derive()`: arguments checked against the table, triggers installed, watches repaired
-//! - `capture/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
-//! - `capture/derive.rs`   runs derivations: pinned settings, a failing row skipped alone, change
-//!   sets derived after commit
 //! - `capture/trigger_function.rs`  `_indexnow_capture()`, the trigger function, and the UPDATE gate
 //! - `capture/cache.rs`    what the trigger knows of a written table, kept per backend until an
 //!   invalidation
 //! - `capture/transition.rs`  transition tables read without SQL: the gate's comparison, the keys
-//! - `capture/change_sets.rs`  change sets: recorded by the writing statement, taken by a deriver
-//! - `capture/key.rs`      a table's primary key as the watches use it
 //! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
-//! - `capture/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it
 //! - `capture/partitions.rs`  partitions and inheritance children of a watched table
 //! - `capture/before_ddl.rs`  DDL seen before it runs: a column renamed (templates follow), a
 //!   partition dropped (its parent derived)
+//! - `capture/after_ddl.rs`  the end of `CREATE TABLE` and `ALTER TABLE`: triggers where a tree now
+//!   needs them, watches made again, the table derived whole when rows may have changed
 //! - `capture/dropped.rs`  a watched or related table dropped: its removals queued, its watches gone
-//! - `capture/template.rs` URL templates and their percent-encoding
-//! - `capture/fingerprint.rs`  `indexnow_fingerprint()` for custom triggers (watches fingerprint in
-//!   their generated SQL)
 //! - `process.rs`          the background process a pass runs in: pg_stat_activity, statistics,
 //!   SIGTERM
 //! - `send/mod.rs`         one sending pass: hosts in turn, claim, POST, record, log; pauses ending
@@ -66,13 +71,14 @@
 //! - `../tests/e2e`        end-to-end tests on real clusters, the soak, the upgrade test
 //! - `../tests/pages.sql`  the demo's `pages` site, as the capture tests use it
 //! - `../tests/golden`     the statements its watches generate (the golden test in
-//!   `capture/statements.rs`; `capture_tests.rs` checks that a real watch stores the same)
+//!   `derive/statements.rs`; `capture_tests.rs` checks that a real watch stores the same)
 //! - `../releases`         each release's source, which the upgrade test builds
 
 use pgrx::prelude::*;
 
 mod capture;
 mod compat;
+mod derive;
 mod error;
 mod extension;
 mod guc;
@@ -126,7 +132,8 @@ pub mod pg_test {
 
 #[cfg(test)]
 mod map {
-    //! The map at the top of this file against the tree.
+    //! The map at the top of this file against the tree, and the imports between its files.
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
     fn named() -> Vec<String> {
@@ -172,5 +179,170 @@ mod map {
                 "the map in src/lib.rs names {name}, which does not exist"
             );
         }
+    }
+
+    /// A source file's module path (`capture::watch`; `derive` for `derive/mod.rs`).
+    fn module_of(file: &str) -> Vec<String> {
+        let mut parts: Vec<String> = file
+            .trim_end_matches(".rs")
+            .split('/')
+            .map(String::from)
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+            parts.pop();
+        }
+        parts
+    }
+
+    /// The modules `text` (the code of `module`) names through `crate::` or `super::`,
+    /// outside comments and its test modules: each path resolved to the longest module it starts
+    /// with.
+    fn imports(
+        module: &[String],
+        text: &str,
+        known: &BTreeSet<Vec<String>>,
+    ) -> BTreeSet<Vec<String>> {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = code
+            .split("#[cfg(any(test, feature = \"pg_test\"))]")
+            .next()
+            .unwrap_or_default();
+        let mut found = BTreeSet::new();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            let mut rest = line;
+            while let Some(at) = ["crate::", "super::"]
+                .iter()
+                .filter_map(|p| rest.find(p))
+                .min()
+            {
+                let tail = &rest[at..];
+                let word_before = rest[..at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_');
+                // `crate::a::b`, or `crate::a::{b, c::d}`
+                let mut path: String = tail
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                if tail[path.len()..].starts_with('{') {
+                    let braced: String = tail[path.len()..]
+                        .chars()
+                        .take_while(|c| *c != '}')
+                        .collect();
+                    path.push_str(&braced);
+                }
+                rest = &tail[7.min(tail.len())..];
+                if word_before {
+                    continue;
+                }
+                let (head, braced) = match path.split_once('{') {
+                    Some((h, b)) => (h.trim_end_matches(':').to_string(), Some(b.to_string())),
+                    None => (path.trim_end().to_string(), None),
+                };
+                let mut base: Vec<String> = vec![];
+                let mut segments = head.split("::").filter(|s| !s.is_empty()).peekable();
+                match segments.next() {
+                    Some("crate") => {}
+                    Some("super") => {
+                        // (`super` of `a::b` is `a`, whether `b` is a file or a folder's mod.rs)
+                        base = module[..module.len().saturating_sub(1)].to_vec();
+                        while segments.peek() == Some(&"super") {
+                            segments.next();
+                            base.pop();
+                        }
+                    }
+                    _ => continue,
+                }
+                let head: Vec<String> = segments.map(|s| s.trim().to_string()).collect();
+                let tails: Vec<Vec<String>> = match braced {
+                    Some(b) => b
+                        .split(',')
+                        .map(|t| {
+                            t.trim()
+                                .split("::")
+                                .next()
+                                .unwrap_or_default()
+                                .trim()
+                                .to_string()
+                        })
+                        .filter(|t| !t.is_empty() && t != "self")
+                        .map(|t| vec![t])
+                        .chain(std::iter::once(vec![]))
+                        .collect(),
+                    None => vec![vec![]],
+                };
+                for t in tails {
+                    let full: Vec<String> = base
+                        .iter()
+                        .chain(head.iter())
+                        .chain(t.iter())
+                        .cloned()
+                        .collect();
+                    let target = (1..=full.len())
+                        .rev()
+                        .map(|n| full[..n].to_vec())
+                        .find(|m| known.contains(m));
+                    if let Some(target) = target.filter(|t| t.as_slice() != module) {
+                        found.insert(target);
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn no_two_modules_import_each_other_directly_or_in_a_loop() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = vec![];
+        files(&src, &src, &mut found);
+        let found: Vec<String> = found
+            .into_iter()
+            .filter(|f| !f.ends_with("tests.rs"))
+            .collect();
+        let known: BTreeSet<Vec<String>> = found.iter().map(|f| module_of(f)).collect();
+        let mut graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+        for file in &found {
+            let module = module_of(file);
+            let text = std::fs::read_to_string(src.join(file)).unwrap();
+            graph.insert(module.clone(), imports(&module, &text, &known));
+        }
+        // A loop is a path back to where it started: depth-first from every module.
+        fn back_to<'a>(
+            graph: &'a BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+            start: &'a Vec<String>,
+            at: &'a Vec<String>,
+            path: &mut Vec<&'a Vec<String>>,
+            seen: &mut BTreeSet<&'a Vec<String>>,
+        ) -> Option<Vec<String>> {
+            for next in graph.get(at).into_iter().flatten() {
+                if next == start {
+                    return Some(
+                        path.iter()
+                            .chain(std::iter::once(&next))
+                            .map(|m| m.join("::"))
+                            .collect(),
+                    );
+                }
+                if seen.insert(next) {
+                    path.push(next);
+                    if let Some(found) = back_to(graph, start, next, path, seen) {
+                        return Some(found);
+                    }
+                    path.pop();
+                }
+            }
+            None
+        }
+        for module in graph.keys() {
+            let mut path = vec![module];
+            if let Some(circle) = back_to(&graph, module, module, &mut path, &mut BTreeSet::new()) {
+                panic!("imports run in a circle: {}", circle.join(" -> "));
+            }
+        }
+        // (the test can fail: the capture module does import the derivation engine)
+        assert!(graph[&vec!["capture".to_string(), "watch".to_string()]]
+            .contains(&vec!["derive".to_string()]));
     }
 }

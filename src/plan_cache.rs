@@ -7,9 +7,10 @@
 //! the one it was planned under. Every statement kept here has a fixed text per backend (or a
 //! small set of texts), so the cache stays small.
 //!
-//! A statement may name the extension's own objects as `@extschema@.name`
-//! ([`crate::extension::qualified`]): the schema is filled in before it is planned, and the plan
-//! is kept by the text with the schema in it.
+//! A statement may name the extension's own objects as `@extschema@.name` ([`qualified`]): the
+//! schema is filled in before it is planned, and the plan is kept by the text with the schema in
+//! it. The schema is read from `pg_extension` here ([`extension_schema`]), through a kept plan of
+//! its own, so that this file needs nothing above it (`crate::extension` asks here too).
 //!
 //! A statement is run either as a read ([`read`], [`get_one`]) or as a write ([`write`]), and the
 //! difference matters: pgrx takes a transaction id for a write (`SpiClient::update`, and also
@@ -78,7 +79,7 @@ fn plan(
     args: &[DatumWithOid<'_>],
     writes: bool,
 ) -> SpiResult<Rc<OwnedPreparedStatement>> {
-    let sql = &*crate::extension::qualified(sql);
+    let sql = &*qualified(sql);
     if let Some(plan) = PLANS.with(|plans| plans.borrow().get(sql).cloned()) {
         return Ok(plan);
     }
@@ -91,4 +92,32 @@ fn plan(
     let plan = Rc::new(prepared.keep());
     PLANS.with(|plans| plans.borrow_mut().insert(sql.to_owned(), plan.clone()));
     Ok(plan)
+}
+
+/// How a statement names the extension's schema (see `crate::extension::OWN_SEARCH_PATH`).
+const EXTSCHEMA: &str = "@extschema@";
+
+/// `sql` with `@extschema@` replaced by the extension's schema, quoted.
+pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
+    if sql.contains(EXTSCHEMA) {
+        let schema = extension_schema().unwrap_or_else(|| {
+            pgrx::error!("indexnow: the extension is not installed in this database")
+        });
+        sql.replace(EXTSCHEMA, &schema).into()
+    } else {
+        sql.into()
+    }
+}
+
+/// The schema the extension is installed in, quoted, or `None` when this database has none (the
+/// one query for it: `crate::extension::installed_schema` is this).
+pub fn extension_schema() -> Option<String> {
+    let name: Option<String> = get_one(
+        "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
+           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
+          WHERE e.extname = 'indexnow'",
+        &[],
+    )
+    .unwrap_or_else(|e| pgrx::error!("indexnow: finding the extension's schema: {e}"));
+    name.map(|n| crate::quote::quote_ident(&n))
 }

@@ -119,7 +119,7 @@ fn indexnow_status() -> TableIterator<
     // watch's expressions; `SELECT indexnow_derive()` first derives it all, for a reader that
     // wants the queue as it will be).
     let ext = crate::extension::schema();
-    let (changes_waiting, oldest_change_age) = crate::capture::change_sets::waiting_summary(&ext);
+    let (changes_waiting, oldest_change_age) = crate::derive::change_sets::waiting_summary(&ext);
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();

@@ -258,7 +258,7 @@ fn a_copy_of_the_database_holds_its_hosts_until_confirmed() {
             crate::send::sql::sendable_hosts()
         );
         Spi::get_one_with_args::<String>(
-            &crate::extension::qualified(&sql),
+            &crate::plan_cache::qualified(&sql),
             &[
                 crate::send::now().into(),
                 debounce.into(),
@@ -356,7 +356,7 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     let plan = || {
         let [d, g, r] = crate::guc::due_rule().sql_args();
         let explain = Spi::explain_with_args(
-            &crate::extension::qualified(&crate::send::sql::claim_by_reading(true)),
+            &crate::plan_cache::qualified(&crate::send::sql::claim_by_reading(true)),
             &[
                 now().into(),
                 d.into(),
@@ -380,7 +380,7 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     assert_eq!(
         count(&format!(
             "SELECT count(*) FROM ({}) d",
-            crate::extension::qualified(&crate::send::sql::claim_by_reading(true))
+            crate::plan_cache::qualified(&crate::send::sql::claim_by_reading(true))
                 .replace("$1", "now()")
                 .replace("$5", "false")
                 .replace("$6", "'www.example.com'")

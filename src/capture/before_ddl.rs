@@ -49,7 +49,7 @@
 //!
 //! PostgreSQL gives an event trigger its statement only in C, hence a C function here.
 
-use super::template::{self, Part};
+use crate::derive::template::{self, Part};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -106,12 +106,12 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     let ext = crate::extension::schema();
     if let Seen::Tree { foreign, .. } = &seen {
         // The one DDL refused: let through, it would fail every UPDATE and DELETE of the tree.
-        super::owner::as_extension_owner(|| refuse_foreign_joining(&ext, foreign));
+        crate::derive::owner::as_extension_owner(|| refuse_foreign_joining(&ext, foreign));
     }
     // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
     // the watch could not follow).
     let done = crate::subtransaction::run(|| {
-        super::owner::as_extension_owner(|| match &seen {
+        crate::derive::owner::as_extension_owner(|| match &seen {
             Seen::Renamed { tables, old, new } => {
                 for table in tables {
                     follow_rename(&ext, *table, old, new);
@@ -123,11 +123,10 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
             }
             // (without looking first: the drop takes the table's lock, then sees a trigger
             // another session committed meanwhile; its NOTICE when there is none is not said)
-            Seen::CaptureTrigger { table, name } => {
-                super::derive::with_settings(&[("client_min_messages", "warning".into())], || {
-                    super::triggers::drop_one(&super::triggers::table_qualified(*table), name)
-                })
-            }
+            Seen::CaptureTrigger { table, name } => crate::derive::settings::with_settings(
+                &[("client_min_messages", "warning".into())],
+                || super::triggers::drop_one(&super::triggers::table_qualified(*table), name),
+            ),
             Seen::Tree { joining, left, .. } => {
                 joining
                     .iter()
@@ -566,7 +565,7 @@ fn refuse_foreign_joining(ext: &str, foreign: &[(String, pg_sys::Oid)]) {
 fn follow_drops(ext: &str, tables: &[pg_sys::Oid]) {
     for &table in tables {
         for above in super::partitions::watched_ancestors(ext, table) {
-            super::change_sets::record_whole_table(ext, above, None);
+            crate::derive::change_sets::record_whole_table(ext, above, None);
             crate::wake::worker_at_commit();
         }
     }

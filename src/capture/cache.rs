@@ -24,8 +24,9 @@
 //! snapshot, which may predate a watch) serves that statement and is not kept. Kept plans over a
 //! table's transition tables are tagged with the table and forgotten with its entry.
 
-use super::derive::{self, Watch};
-use super::{key, partitions, related};
+use super::{partitions, related};
+use crate::derive::key;
+use crate::derive::{self, Watch};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};

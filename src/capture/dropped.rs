@@ -9,8 +9,8 @@
 //! rows they read: they stay (the watched table's pages are still there), with a WARNING saying
 //! how to mend them, and their relation to the dropped table goes.
 
-use super::derive::vacate_inactive;
 use super::partitions::drop_triggers_if_unused;
+use crate::derive::vacate_inactive;
 use crate::queue::Reason;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;

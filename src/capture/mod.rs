@@ -5,18 +5,12 @@
 //!
 //! Its files are in the map at the top of `src/lib.rs`.
 
+pub mod after_ddl;
 pub mod before_ddl;
 pub mod cache;
-pub mod change_sets;
-pub mod derive;
 pub mod dropped;
-pub mod fingerprint;
-pub mod key;
-pub mod owner;
 pub mod partitions;
 pub mod related;
-pub mod statements;
-pub mod template;
 pub mod transition;
 pub mod trigger_function;
 pub mod triggers;

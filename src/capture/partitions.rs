@@ -20,7 +20,7 @@
 //! watched table (rows that came with an attached partition are announced, rows that left with a
 //! detached one are removed).
 
-use super::{before_ddl, triggers};
+use super::triggers;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 
@@ -32,7 +32,7 @@ thread_local! {
 }
 
 /// Before `table` joins a tree (`ATTACH PARTITION`, `INHERIT`): its capture triggers are taken
-/// off, to be put back at the end of the `ALTER TABLE` ([`indexnow_table_changed`]). Minor
+/// off, to be put back at the end of the `ALTER TABLE` (`super::after_ddl`). Minor
 /// releases without PostgreSQL's fix refuse a table joining a tree while any trigger of it has
 /// transition tables. Nothing is missed in between: the ALTER holds the table's lock to commit.
 pub fn before_joining(table: pg_sys::Oid) {
@@ -77,7 +77,7 @@ pub fn before_leaving(ext: &str, parent: pg_sys::Oid) {
     })
     .unwrap_or_else(|e| error!("indexnow: finding the watches of a table's parent: {e}"));
     for (watched, watches) in affected {
-        super::change_sets::record_whole_table(ext, watched, watches);
+        crate::derive::change_sets::record_whole_table(ext, watched, watches);
         crate::wake::worker_at_commit();
     }
 }
@@ -93,7 +93,7 @@ fn exists(table: pg_sys::Oid) -> bool {
 
 /// Puts back the capture triggers [`before_joining`] took off in this transaction, on the tables
 /// still there and without them.
-fn put_back_taken_off(ext: &str) {
+pub(super) fn put_back_taken_off(ext: &str) {
     let xact = unsafe { pg_sys::GetTopTransactionIdIfAny() };
     let tables = TAKEN_OFF.with_borrow_mut(|(taken_in, tables)| {
         let mine = *taken_in == xact && xact != pg_sys::InvalidTransactionId;
@@ -113,14 +113,14 @@ fn put_back_taken_off(ext: &str) {
 
 /// What an active watch does with a table: watches it, reads it as a related table, or either.
 #[derive(Clone, Copy)]
-enum Role {
+pub(super) enum Role {
     Watched,
     Related,
     Either,
 }
 
 /// Those of `tables` that an active watch has in `role`, in their order.
-fn in_role(ext: &str, tables: &[pg_sys::Oid], role: Role) -> Vec<pg_sys::Oid> {
+pub(super) fn in_role(ext: &str, tables: &[pg_sys::Oid], role: Role) -> Vec<pg_sys::Oid> {
     let (watched, related) = match role {
         Role::Watched => (true, false),
         Role::Related => (false, true),
@@ -245,113 +245,11 @@ pub fn descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 }
 
 /// `table`, then the tables above it (nearest first), then those below it.
-fn whole_tree(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+pub(super) fn whole_tree(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     let mut all = vec![table];
     all.extend(ancestors(table));
     all.extend(descendants(table));
     all
-}
-
-/// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
-/// capture triggers on every table of each watched tree it belongs to, takes them off tables that
-/// left one, and after an `ALTER TABLE` makes each such watched table's watches again for its new
-/// definition (`super::watch::follow_alter_table`) and records a whole-table change set for it
-/// (one per transaction, `super::change_sets::record_whole_table`); so too for the watches that
-/// read the altered table as a related table.
-#[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
-fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
-    before_ddl::following(|| table_changed(table, tag))
-}
-
-fn table_changed(table: pg_sys::Oid, tag: &str) {
-    let ext = crate::extension::schema();
-    put_back_taken_off(&ext);
-    let tree = whole_tree(table);
-    let watched = in_role(&ext, &tree, Role::Watched);
-    for w in &watched {
-        // (a restore makes the triggers itself, after the tables: `triggers::on`)
-        if triggers::on(*w) {
-            // (only where they are missing: making them again would lock the tables above
-            // this one after it, against a write through them that locks them first)
-            for t in tree_of(*w).into_iter().filter(|t| !triggers::on(*t)) {
-                triggers::install(&ext, &triggers::table_qualified(t));
-            }
-        }
-        if tag == "ALTER TABLE" {
-            let same = super::watch::follow_alter_table(&ext, *w, before_ddl::only_adds());
-            if needs_deriving_after_alter(*w, same) {
-                super::change_sets::record_whole_table(&ext, *w, None);
-                crate::wake::worker_at_commit();
-            }
-        }
-    }
-    // The tables above and below related tables too: a write straight to a partition, or
-    // through a parent, fires only the triggers of the table it names.
-    for r in in_role(&ext, &tree, Role::Related)
-        .into_iter()
-        .filter(|r| triggers::on(*r))
-    {
-        for t in tree_of(r).into_iter().filter(|t| !triggers::on(*t)) {
-            triggers::install(&ext, &triggers::table_qualified(t));
-        }
-    }
-    if tag == "ALTER TABLE" {
-        follow_related_table_altered(&ext, table);
-    }
-    // Tables that left a watched tree (detached, no longer inheriting) lose the triggers. Not
-    // after an ALTER TABLE that changes no row (a key, a foreign key, an index, a default, the
-    // owner: `before_ddl::changes_no_rows`): it takes no table out of a tree nor puts a foreign
-    // table below one, so it leaves no table without a use for its triggers. Those are the only
-    // ALTERs a parallel `pg_restore` runs once it loads data, while another job may not have
-    // loaded `indexnow_watches` or `indexnow_relations` yet (or not committed the load): the
-    // sweep then found the dump's triggers, already made on a watched table, used by no watch,
-    // and dropped them unsaid (nothing makes a lone watched table's triggers again).
-    if !(tag == "ALTER TABLE" && before_ddl::changes_no_rows()) {
-        drop_unused_triggers(&ext);
-    }
-}
-
-/// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of
-/// a table it reads (`same`: its watches came out as they were). Not when the ALTER changed no row
-/// and no watch (`super::before_ddl::changes_no_rows`), nor while the table has no capture
-/// triggers: a restore makes them last, after the keys and partitions it attaches, while (with
-/// `pg_restore -j`) other jobs still load the table's rows or what the watch derived from them
-/// (`indexnow_sources`), and a derivation then announced every page again, or removed them.
-fn needs_deriving_after_alter(watched: pg_sys::Oid, same: bool) -> bool {
-    triggers::on(watched) && !(same && before_ddl::changes_no_rows())
-}
-
-/// After an `ALTER TABLE` of `table`, the watches of other tables that read it as a related table
-/// (a tree's own watch is followed as the watched table's): made again
-/// (their dependents queries name the tables of the path: a rename must not break them), and a
-/// whole-table change set recorded for each (an ALTER can rewrite the values their URLs read,
-/// `ALTER COLUMN ... TYPE ... USING`, without firing a trigger).
-fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
-    let readers: Vec<(pg_sys::Oid, Vec<i32>)> = Spi::connect(|client| {
-        client
-            .select(
-                &format!(
-                    "SELECT w.tbl::pg_catalog.oid, pg_catalog.array_agg(w.id ORDER BY w.id) \
-                       FROM {ext}.indexnow_watches w \
-                      WHERE w.active AND w.tbl <> $1::pg_catalog.oid::pg_catalog.regclass \
-                        AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
-                                     WHERE r.watch_id = w.id AND r.tbl = $1::pg_catalog.oid::pg_catalog.regclass) \
-                      GROUP BY 1 ORDER BY 1"
-                ),
-                None,
-                &[table.into()],
-            )?
-            .map(|r| Ok((r.get::<pg_sys::Oid>(1)?.unwrap(), r.get(2)?.unwrap_or_default())))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: finding the watches that read an altered table: {e}"));
-    for (watched, ids) in readers {
-        let same = super::watch::follow_alter_table(ext, watched, before_ddl::only_adds());
-        if needs_deriving_after_alter(watched, same) {
-            super::change_sets::record_whole_table(ext, watched, Some(ids));
-            crate::wake::worker_at_commit();
-        }
-    }
 }
 
 /// Drops the capture triggers of `table` when no active watch watches it or reads it, or a table

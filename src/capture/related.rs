@@ -17,7 +17,7 @@
 //! children's own triggers see their rows go. Where it does not, the children stay and are derived
 //! again (a `visible` that reads the parent then hides them).
 
-use super::statements::row_key;
+use crate::derive::statements::row_key;
 use crate::quote::quote_ident;
 use pgrx::prelude::*;
 use std::collections::HashMap;
@@ -111,7 +111,7 @@ pub fn plan(
             if paths
                 .iter()
                 .flatten()
-                .any(|fk| !fk.types.iter().all(|t| super::owner::built_in(*t)))
+                .any(|fk| !fk.types.iter().all(|t| crate::derive::owner::built_in(*t)))
             {
                 return Err(format!(
                     "the foreign keys from {watched_name} to related table {label} use a type \
@@ -228,7 +228,7 @@ fn below_written(
     let own: Vec<&ForeignKey> = keys
         .iter()
         .filter(|k| k.child == table && k.parent == table)
-        .filter(|k| k.types.iter().all(|t| super::owner::built_in(*t)))
+        .filter(|k| k.types.iter().all(|t| crate::derive::owner::built_in(*t)))
         .collect();
     if own.is_empty() {
         return CHANGED.to_string();
@@ -299,7 +299,7 @@ fn below(
     }
     if !own
         .iter()
-        .all(|fk| fk.types.iter().all(|t| super::owner::built_in(*t)))
+        .all(|fk| fk.types.iter().all(|t| crate::derive::owner::built_in(*t)))
     {
         return Err(format!(
             "a foreign key of {label} to itself uses a type defined in the database: its \

@@ -23,9 +23,9 @@
 //! compared columns before and after. (PostgreSQL does write each updated row's old and new
 //! versions at the same position, so in practice the first changed row is found where it is.)
 
-use super::change_sets;
-use super::derive::{self, Watch};
 use super::{cache, related, transition};
+use crate::derive::change_sets;
+use crate::derive::{self, Watch};
 use crate::{plan_cache, wake};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;

@@ -13,7 +13,7 @@
 //! own SQL are checked with the caller's rights and `search_path` (which the watch keeps for its
 //! expressions, with the caller's `TimeZone` for a `publish_at` without zone), and the watch's SQL
 //! is later evaluated with the maker's rights; then the extension's part (its tables, its
-//! triggers) runs as the extension's owner (`super::owner`).
+//! triggers) runs as the extension's owner (`crate::derive::owner`).
 //!
 //! Watching again, unwatching, recovering:
 //! - The first watch of a table and pattern records the rows public now as known to search
@@ -25,11 +25,12 @@
 //!   TRUNCATE or reconcile of the table removes those URLs no other watch gives (if search engines
 //!   were told of them), and watching the same pattern again takes them back.
 
-use super::change_sets::{Waiting, MERGED_AT_MOST};
-use super::derive::{self, Rows};
-use super::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
-use super::template;
-use super::{owner, related, triggers};
+use super::{related, triggers};
+use crate::derive::change_sets::{Waiting, MERGED_AT_MOST};
+use crate::derive::owner;
+use crate::derive::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
+use crate::derive::template;
+use crate::derive::{self, Rows};
 use crate::error::{invalid_parameter, required, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use crate::quote::quote_ident;
@@ -115,7 +116,7 @@ fn describe(oid: pg_sys::Oid) -> Table {
         Ok::<_, pgrx::spi::Error>((qualified, label, columns))
     })
     .unwrap_or_else(|e| error!("indexnow: reading the table's columns: {e}"));
-    let key = super::key::columns(oid);
+    let key = crate::derive::key::columns(oid);
     let key_types = key
         .iter()
         .map(|(k, _)| {
@@ -720,7 +721,7 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
 }
 
 /// Stores the statements generated for the watch.
-fn store_statements(ext: &str, watch_id: i32, sql: &super::statements::Statements) {
+fn store_statements(ext: &str, watch_id: i32, sql: &crate::derive::statements::Statements) {
     spi(
         "storing the watch",
         Spi::run_with_args(
@@ -1221,7 +1222,7 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
     };
     let settings = [("search_path", search_path), ("TimeZone", time_zone)];
     let mut checked = owner::switched_to(maker, true, || {
-        derive::with_settings(&settings, || check(ext, maker, table, &given))
+        crate::derive::settings::with_settings(&settings, || check(ext, maker, table, &given))
     });
     // A security-restricted operation may not make the temporary view that finds the columns
     // the expressions read: the ones found when the watch was made stand.

@@ -80,7 +80,7 @@ fn indexnow_queue(url: &str, reason: default!(&str, "'changed'")) {
          VALUES ($1, $2, $3, $4, now(), now(), now()) {ON_CONFLICT_SQL}"
     );
     Spi::run_with_args(
-        &crate::extension::qualified(&sql),
+        &crate::plan_cache::qualified(&sql),
         &[
             target.url.as_str().into(),
             url_hash(&target.url).into(),
@@ -99,6 +99,20 @@ pub fn known_live(alias: &str) -> String {
     format!(
         "coalesce({alias}.settled_reason NOT IN ({}), false)",
         removal_list()
+    )
+}
+
+/// Whether search engines may have been told of the URL of the queue row `alias` since the time
+/// `since` (when the row that gives it began to give it): a push of it as live recorded since
+/// then, or a request of it tried since then whose answer was never recorded (a timeout, a
+/// worker killed mid-request: `tried_at`). A URL told of is owed its removal when it goes; one
+/// that is not (a draft, a page scheduled and cancelled, a URL whose only request was a dry run's)
+/// never is. The one statement of the rule: every derivation that decides on a removal uses it.
+pub fn told_of_since(alias: &str, since: &str) -> String {
+    format!(
+        "({} AND coalesce({alias}.last_pushed_at, '-infinity') >= {since}) \
+         OR coalesce({alias}.tried_at >= {since}, false)",
+        known_live(alias)
     )
 }
 

@@ -40,7 +40,7 @@ mod in_flight;
 mod push_now;
 pub(crate) mod sql;
 
-use crate::capture::derive::{self, Rows};
+use crate::derive::{self, Rows};
 use crate::guc;
 use crate::plan_cache;
 use crate::queue::due::DueRule;
@@ -857,7 +857,7 @@ fn claim(session: Session, settings: &Settings, host: &str) -> Option<(usize, Cl
 /// Behaviour 7: a page whose publication was scheduled is derived again from its row
 /// before it is sent, in case the row changed without the capture triggers seeing it (triggers
 /// disabled, `session_replication_role = replica`, a restore): the same derivation as a save's,
-/// for the rows that gave these URLs (`crate::capture::derive`). A page no longer public is
+/// for the rows that gave these URLs (`crate::derive`). A page no longer public is
 /// cancelled or removed by it, a page scheduled again waits for its new time; what the
 /// derivation changed is taken out of the batch. Costs a derivation only for batches holding
 /// such pages: a page queued as live when it was saved is not re-read.

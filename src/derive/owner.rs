@@ -98,7 +98,7 @@ fn indexnow_watch_rows(
     // A row hidden by row-level security must fail the read, not look deleted.
     let settings = [("search_path", search_path), ("row_security", "off".into())];
     let rows = switched_to(role, true, || {
-        super::derive::with_settings(&settings, || read_in_this_snapshot(&sql, keys))
+        super::settings::with_settings(&settings, || read_in_this_snapshot(&sql, keys))
     });
     TableIterator::new(rows)
 }
@@ -175,7 +175,7 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
 pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
     let settings = [("search_path", crate::extension::OWN_SEARCH_PATH.to_string())];
     switched_to(crate::extension::owner(), false, || {
-        super::derive::with_settings(&settings, f)
+        super::settings::with_settings(&settings, f)
     })
 }
 

@@ -1,13 +1,13 @@
 //! Change sets (`indexnow_changes`): which rows of a watched table a statement touched, recorded
-//! by the writing statement and taken by a deriver after it commits (`super::derive`). Every
+//! by the writing statement and taken by a deriver after it commits (`super`). Every
 //! statement that reads or writes that table is here, with the SQL that reads a trigger event's
 //! keys for them.
 //!
 //! A change set names its table, the watches to derive (NULL: all of the table's), and the keys of
 //! the rows (`[[k0, ...], ...]`, at most [`KEYS_AT_MOST`]), or no keys for the whole table (a
-//! TRUNCATE, a partition attached or detached, `super::partitions`).
+//! TRUNCATE, a partition attached or detached: capture's `partitions`).
 //!
-//! Keys come from three places: read from the transition tables in Rust (`super::transition`,
+//! Keys come from three places: read from the transition tables in Rust (capture's `transition`,
 //! integer and text keys), each full change set inserted by [`record`]; read by SQL over them
 //! (other key types), [`recording_sql`]; or found by a related-table query, or given back by a
 //! derivation that could not run in the statement, [`record_keys`].
@@ -28,7 +28,7 @@ pub const KEYS_AT_MOST: usize = 10_000;
 pub const MERGED_AT_MOST: usize = 100;
 
 /// Records one change set of `tbl` for the watches `watches` (NULL: all) whose keys are `keys`, a
-/// JSON array written as text (read from a transition table, `super::transition`).
+/// JSON array written as text (read from a transition table by capture's `transition`).
 pub fn record(
     client: &mut SpiClient<'_>,
     ext: &str,

@@ -36,7 +36,7 @@ fn indexnow_url_part(value: &str) -> Option<String> {
 }
 
 /// The URL a template makes of a row whose `{column}` values `value_of` gives, as the derivation
-/// statement builds it in SQL (`crate::capture::statements`): literals, and each value encoded.
+/// statement builds it in SQL (`crate::derive::statements`): literals, and each value encoded.
 #[cfg(test)]
 pub fn render<'a>(parts: &[Part], value_of: impl Fn(&str) -> Option<&'a str>) -> Option<String> {
     parts

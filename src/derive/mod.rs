@@ -1,13 +1,14 @@
-//! Running derivations: a watch's statement (`super::statements`) over some rows of its table,
-//! with the settings it must run under, and the change sets the capture trigger recorded.
+//! Derivation: the one engine that turns "these rows of this table changed" (or "every row") into
+//! queue requests, from the rows as they are now and from what each watch last derived from them
+//! (`indexnow_sources`). Capture (the triggers, watching, DDL followed, related tables, drops),
+//! the senders' re-read of a scheduled page and every reader that must see all changes come here;
+//! this module imports neither `crate::capture` nor `crate::send`.
 //!
-//! - **Settings pinned.** Each derivation runs with the extension's own `search_path` (`pg_catalog`
-//!   first; the watch's `visible` and `url_sql` run with the watch's, `super::owner`) and with the
-//!   output settings fixed (`TimeZone` UTC,
-//!   `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 1, `bytea_output` hex), so
-//!   that a URL, a fingerprint or a publication time never depends on the session that happens to
-//!   derive it. They are set for the derivation only and put back after, as a function's `SET`
-//!   clause would.
+//! This file runs derivations: a watch's statement (`statements`) over some rows of its table,
+//! and the change sets the capture trigger recorded (`change_sets`).
+//!
+//! - **Settings pinned** (`settings`): a URL, a fingerprint or a publication time never depends on
+//!   the session that happens to derive it.
 //! - **A row that fails is skipped, not the statement.** The statement runs in a subtransaction;
 //!   when it raises (a `url_sql` that divides by zero for one row), the keys are split in halves
 //!   until the failing rows are alone, and every other row is derived. A watch that fails even for
@@ -20,17 +21,25 @@
 //!   same table and watches, up to a change set's 10,000 keys): a worker skips one another sender
 //!   is deriving (`SKIP LOCKED`) and commits each on its own, so a SIGKILL loses nothing (the
 //!   change set is deleted in the transaction that wrote what it derived); a reader
-//!   (`indexnow_status()`, `indexnow_push_now()`, `indexnow_reconcile()`) waits for it instead,
+//!   (`indexnow_derive()`, `indexnow_push_now()`, `indexnow_reconcile()`) waits for it instead,
 //!   because it must see everything.
 
-use super::change_sets::{self, Waiting, MERGED_AT_MOST};
+pub mod change_sets;
+pub mod fingerprint;
+pub mod key;
+pub mod owner;
+pub mod settings;
+pub mod statements;
+pub mod template;
+
 use crate::queue::Reason;
 use crate::{plan_cache, subtransaction};
+use change_sets::{Waiting, MERGED_AT_MOST};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::Value;
-use std::ffi::CString;
+use settings::{pinned_settings, with_settings};
 
 /// A watch as the derivation needs it.
 #[derive(Clone)]
@@ -122,51 +131,6 @@ fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>)
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the watches of a table: {e}"))
-}
-
-/// The output settings every derivation runs under, with `search_path` (the extension's own for
-/// the derivation statements, the watch's for its row query: `super::owner`).
-pub fn pinned_settings() -> [(&'static str, String); 6] {
-    [
-        ("search_path", crate::extension::OWN_SEARCH_PATH.to_string()),
-        ("TimeZone", "UTC".into()),
-        ("DateStyle", "ISO, YMD".into()),
-        ("IntervalStyle", "postgres".into()),
-        ("extra_float_digits", "1".into()),
-        ("bytea_output", "hex".into()),
-    ]
-}
-
-/// Runs `f` with `settings`, and puts every setting back after it, those `f` changed included (a
-/// `set_config(..., false)` in a watch's expression does not outlive it), as PostgreSQL does
-/// around `REFRESH MATERIALIZED VIEW`. An ERROR inside unwinds them with the (sub)transaction it
-/// aborts.
-pub fn with_settings<R>(settings: &[(&str, String)], f: impl FnOnce() -> R) -> R {
-    // SAFETY: a GUC nest level is opened and closed around `f` on this backend's own state.
-    let level = unsafe { pg_sys::NewGUCNestLevel() };
-    for (name, value) in settings {
-        let (name, value) = (
-            CString::new(*name).expect("a setting's name"),
-            CString::new(value.as_str()).unwrap_or_else(|_| error!("indexnow: a NUL in {name}")),
-        );
-        // SAFETY: both strings live across the call; errors are raised as ERRORs.
-        unsafe {
-            pg_sys::set_config_option(
-                name.as_ptr(),
-                value.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                pgrx::PgLogLevel::ERROR as i32,
-                false,
-            );
-        }
-    }
-    let r = f();
-    // SAFETY: closes the level opened above, undoing everything set at it.
-    unsafe { pg_sys::AtEOXact_GUC(false, level) };
-    r
 }
 
 /// The outcome of one run of a statement.
@@ -287,7 +251,7 @@ const WRITE_WAITS_AT_MOST: &str = "20ms";
 /// except that a lock held by another transaction fails it at once (then the caller records the
 /// keys), so that no save waits for a worker's derivation. `edited` says the rows were updated
 /// with their keys unchanged: then one row is first tried as a row edited in place
-/// ([`super::statements::edited_in_place`]), the commonest save, at a fraction of the cost.
+/// ([`statements::edited_in_place`]), the commonest save, at a fraction of the cost.
 ///
 /// Rows that cannot be derived, of a watch whose tables have a foreign key checked at commit
 /// (`DEFERRABLE INITIALLY DEFERRED`, the foreign keys ORMs such as Django make), fail it too
@@ -336,7 +300,7 @@ fn run_edited_in_place(
     watch: &Watch,
     keys: &Value,
 ) -> Result<Option<Derived>, subtransaction::Failure> {
-    let sql = super::statements::edited_in_place(&watch.ext);
+    let sql = statements::edited_in_place(&watch.ext);
     subtransaction::run(|| {
         Spi::connect_mut(|client| {
             let table =
@@ -511,7 +475,7 @@ fn all_keys(watch: &Watch) -> Vec<Value> {
         "SELECT pg_catalog.jsonb_agg(k) FROM ( \
            SELECT {row_key} AS k FROM {table} r \
            UNION SELECT row_key FROM {ext}.indexnow_sources WHERE watch_id = $1) x",
-        row_key = super::statements::row_key(&super::key::names(watch.oid), "r"),
+        row_key = statements::row_key(&key::names(watch.oid), "r"),
         table = watch.table,
         ext = watch.ext,
     );
@@ -788,9 +752,9 @@ pub fn derive_one_change_set_for_worker(
     )
 }
 
-/// How long a reader (`indexnow_status()`, `indexnow_push_now()`) waits for a queue row or
-/// source that another transaction holds before it leaves the change sets to the workers: a
-/// transaction left open, or prepared and never committed, must not hang monitoring.
+/// How long a reader (`indexnow_push_now()`; `indexnow_status()` derives nothing) waits for a
+/// queue row or source that another transaction holds before it leaves the change sets to the
+/// workers: a transaction left open, or prepared and never committed, must not hang the caller.
 const READER_WAITS_AT_MOST: &str = "1s";
 
 /// Derives every change set there is, as [`derive_all_change_sets`], for a reader that reports
@@ -867,11 +831,11 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
 /// The URLs of the table's unwatched watches: their sources are given up, and each URL no other
 /// watch gives is removed (`reason`) if search engines were told of it (or may have been: a
 /// request tried since, its answer lost), else its request is cancelled, as a derivation decides
-/// (`super::statements`). Run by TRUNCATE and reconcile, which are when a table's whole content
+/// (`statements`). Run by TRUNCATE and reconcile, which are when a table's whole content
 /// is known.
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     // Most tables have no unwatched watch: then nothing is written (a write to the watch table
-    // makes every backend read its watches again, `super::cache`).
+    // makes every backend read its watches again, `crate::capture::cache`).
     let unwatched = plan_cache::get_one::<bool>(
         &format!(
             "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
@@ -883,7 +847,7 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     if unwatched != Some(true) {
         return 0;
     }
-    let known_live = crate::queue::known_live("u");
+    let told_of = crate::queue::told_of_since("u", "g.since");
     let sql = format!(
         "WITH w AS (SELECT id FROM {ext}.indexnow_watches \
                      WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active), \
@@ -891,8 +855,7 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
                 RETURNING s.url_hash, s.url, s.host, s.since), \
          gone AS ( \
            SELECT DISTINCT ON (g.url_hash) g.url_hash, g.url, g.host, u.request_seq, \
-                  ({known_live} AND coalesce(u.last_pushed_at, '-infinity') >= g.since) \
-                    OR coalesce(u.tried_at >= g.since, false) AS announced \
+                  {told_of} AS announced \
              FROM gs g JOIN {ext}.indexnow_urls u ON u.url_hash = g.url_hash \
             WHERE NOT EXISTS (SELECT FROM {ext}.indexnow_sources s \
                                WHERE s.url_hash = g.url_hash \

@@ -1,0 +1,112 @@
+//! The end of every `CREATE TABLE` and `ALTER TABLE` (the event trigger in sql/capture.sql): a
+//! table that joined a watched or related tree gets the capture triggers, one that left loses
+//! them, and an `ALTER TABLE` in a watched tree, or of a table a watch reads, makes the watches
+//! again for the new definition and derives the watched table whole when rows may have changed.
+
+use super::partitions::{
+    drop_unused_triggers, in_role, put_back_taken_off, tree_of, whole_tree, Role,
+};
+use super::{before_ddl, triggers, watch};
+use pgrx::prelude::*;
+
+/// For the event trigger (sql/capture.sql): `table` was created or altered by `tag`. Puts the
+/// capture triggers on every table of each watched tree it belongs to, takes them off tables that
+/// left one, and after an `ALTER TABLE` makes each such watched table's watches again for its new
+/// definition (`watch::follow_alter_table`) and records a whole-table change set for it
+/// (one per transaction, `crate::derive::change_sets::record_whole_table`); so too for the watches that
+/// read the altered table as a related table.
+#[pg_extern(name = "_indexnow_table_changed", volatile, parallel_unsafe)]
+fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
+    before_ddl::following(|| table_changed(table, tag))
+}
+
+fn table_changed(table: pg_sys::Oid, tag: &str) {
+    let ext = crate::extension::schema();
+    put_back_taken_off(&ext);
+    let tree = whole_tree(table);
+    let watched = in_role(&ext, &tree, Role::Watched);
+    for w in &watched {
+        // (a restore makes the triggers itself, after the tables: `triggers::on`)
+        if triggers::on(*w) {
+            // (only where they are missing: making them again would lock the tables above
+            // this one after it, against a write through them that locks them first)
+            for t in tree_of(*w).into_iter().filter(|t| !triggers::on(*t)) {
+                triggers::install(&ext, &triggers::table_qualified(t));
+            }
+        }
+        if tag == "ALTER TABLE" {
+            let same = watch::follow_alter_table(&ext, *w, before_ddl::only_adds());
+            if needs_deriving_after_alter(*w, same) {
+                crate::derive::change_sets::record_whole_table(&ext, *w, None);
+                crate::wake::worker_at_commit();
+            }
+        }
+    }
+    // The tables above and below related tables too: a write straight to a partition, or
+    // through a parent, fires only the triggers of the table it names.
+    for r in in_role(&ext, &tree, Role::Related)
+        .into_iter()
+        .filter(|r| triggers::on(*r))
+    {
+        for t in tree_of(r).into_iter().filter(|t| !triggers::on(*t)) {
+            triggers::install(&ext, &triggers::table_qualified(t));
+        }
+    }
+    if tag == "ALTER TABLE" {
+        follow_related_table_altered(&ext, table);
+    }
+    // Tables that left a watched tree (detached, no longer inheriting) lose the triggers. Not
+    // after an ALTER TABLE that changes no row (a key, a foreign key, an index, a default, the
+    // owner: `before_ddl::changes_no_rows`): it takes no table out of a tree nor puts a foreign
+    // table below one, so it leaves no table without a use for its triggers. Those are the only
+    // ALTERs a parallel `pg_restore` runs once it loads data, while another job may not have
+    // loaded `indexnow_watches` or `indexnow_relations` yet (or not committed the load): the
+    // sweep then found the dump's triggers, already made on a watched table, used by no watch,
+    // and dropped them unsaid (nothing makes a lone watched table's triggers again).
+    if !(tag == "ALTER TABLE" && before_ddl::changes_no_rows()) {
+        drop_unused_triggers(&ext);
+    }
+}
+
+/// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of
+/// a table it reads (`same`: its watches came out as they were). Not when the ALTER changed no row
+/// and no watch (`super::before_ddl::changes_no_rows`), nor while the table has no capture
+/// triggers: a restore makes them last, after the keys and partitions it attaches, while (with
+/// `pg_restore -j`) other jobs still load the table's rows or what the watch derived from them
+/// (`indexnow_sources`), and a derivation then announced every page again, or removed them.
+fn needs_deriving_after_alter(watched: pg_sys::Oid, same: bool) -> bool {
+    triggers::on(watched) && !(same && before_ddl::changes_no_rows())
+}
+
+/// After an `ALTER TABLE` of `table`, the watches of other tables that read it as a related table
+/// (a tree's own watch is followed as the watched table's): made again
+/// (their dependents queries name the tables of the path: a rename must not break them), and a
+/// whole-table change set recorded for each (an ALTER can rewrite the values their URLs read,
+/// `ALTER COLUMN ... TYPE ... USING`, without firing a trigger).
+fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
+    let readers: Vec<(pg_sys::Oid, Vec<i32>)> = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT w.tbl::pg_catalog.oid, pg_catalog.array_agg(w.id ORDER BY w.id) \
+                       FROM {ext}.indexnow_watches w \
+                      WHERE w.active AND w.tbl <> $1::pg_catalog.oid::pg_catalog.regclass \
+                        AND EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                     WHERE r.watch_id = w.id AND r.tbl = $1::pg_catalog.oid::pg_catalog.regclass) \
+                      GROUP BY 1 ORDER BY 1"
+                ),
+                None,
+                &[table.into()],
+            )?
+            .map(|r| Ok((r.get::<pg_sys::Oid>(1)?.unwrap(), r.get(2)?.unwrap_or_default())))
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .unwrap_or_else(|e| error!("indexnow: finding the watches that read an altered table: {e}"));
+    for (watched, ids) in readers {
+        let same = watch::follow_alter_table(ext, watched, before_ddl::only_adds());
+        if needs_deriving_after_alter(watched, same) {
+            crate::derive::change_sets::record_whole_table(ext, watched, Some(ids));
+            crate::wake::worker_at_commit();
+        }
+    }
+}
