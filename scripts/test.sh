@@ -15,7 +15,25 @@ source scripts/versions.sh
 bash scripts/setup.sh
 read -r -a versions <<<"${INDEXNOW_TEST_VERSIONS:-${INDEXNOW_PG_VERSIONS[*]}}"
 
-echo "== protocol rules and the local receiver"
+# Each step's time, printed at the end (what to speed up first).
+timings=()
+step_started=$SECONDS
+step_name=""
+step() {
+  [ -n "$step_name" ] && timings+=("$(printf '%5d s  %s' $((SECONDS - step_started)) "$step_name")")
+  step_name=$1
+  step_started=$SECONDS
+  [ -n "$step_name" ] && echo "== $step_name"
+  return 0
+}
+print_timings() {
+  step ""
+  echo "== time per step"
+  printf '%s\n' "${timings[@]}"
+  echo "$(printf '%5d s' "$SECONDS")  in all (setup included)"
+}
+
+step "protocol rules and the local receiver"
 cargo test -p indexnow-protocol -p indexnow-receiver
 
 # Postgres refuses root: the test clusters run as the postgres user in folders it owns.
@@ -25,26 +43,29 @@ trap 'rm -rf "$pgrx_dir"' EXIT
 
 for v in "${versions[@]}"; do
   pg_config=$(pg_config_of "$v")
-  echo "== PostgreSQL $v: extension, Rust and SQL-level tests"
+  step "PostgreSQL $v: extension, Rust and SQL-level tests"
   cargo pgrx test "pg$v" --runas postgres --pgdata "$pgrx_dir/data-$v"
 
-  echo "== PostgreSQL $v: end-to-end, real clusters"
+  step "PostgreSQL $v: install for the end-to-end tests"
   # cargo pgrx test installed a build with the test functions; install the real one (and the
   # older releases' scripts, for the upgrade test).
   bash scripts/install.sh --debug --pg-config "$pg_config" >/dev/null
   export INDEXNOW_PG_BIN
   INDEXNOW_PG_BIN=$("$pg_config" --bindir)
+  step "PostgreSQL $v: end-to-end, real clusters"
   tests=(--test capture --test foundation --test sending --test many_hosts --test staging)
   [ "$v" = 15 ] && tests+=(--test soak --test upgrade)
   cargo test -p indexnow-e2e "${tests[@]}"
   # The upgrade from the previous release on the other versions too (0.1.0 was for 15 only).
   if [ "$v" != 15 ]; then
+    step "PostgreSQL $v: the upgrade from the previous release"
     cargo test -p indexnow-e2e --test upgrade -- an_upgrade_from_the_previous_release
   fi
 
-  echo "== PostgreSQL $v: the package"
+  step "PostgreSQL $v: the package"
   bash scripts/package.sh --debug --pg-config "$pg_config" | tee "$pgrx_dir/package-$v.txt"
   for f in indexnow.so indexnow.control $(cd sql && ls indexnow--*--*.sql); do
     grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
   done
 done
+print_timings

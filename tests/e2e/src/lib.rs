@@ -3,7 +3,8 @@
 //!
 //! Postgres refuses to run as root, and tests and CI run as root: the cluster's files belong to the
 //! `postgres` user and `initdb`/`pg_ctl` run through `sudo -u postgres`. Clients connect over TCP
-//! on 127.0.0.1 to a free port. The cluster is stopped and removed when the value is dropped.
+//! on 127.0.0.1 to a free port. The cluster is stopped and removed when the value is dropped. Its
+//! data directory is a copy of one `initdb` made once per PostgreSQL version ([`template_data`]).
 
 pub mod soak;
 
@@ -99,25 +100,99 @@ fn append_conf(data: &std::path::Path, lines: &[String]) {
     std::fs::write(&conf_path, text).unwrap();
 }
 
+/// The arguments every test cluster's `initdb` runs with.
+const INITDB_ARGS: [&str; 9] = [
+    "-A",
+    "trust",
+    "-U",
+    "postgres",
+    "--no-sync",
+    "-E",
+    "UTF8",
+    "--locale",
+    "C.UTF-8",
+];
+
+/// A new data directory at `data` (its parent belongs to the postgres user).
+fn initdb(data: &std::path::Path) {
+    run(
+        "initdb",
+        as_postgres(&format!("{}/initdb", pg_bin()))
+            .args(["-D", data.to_str().unwrap()])
+            .args(INITDB_ARGS),
+    );
+}
+
+/// A data directory made by `initdb` once for this PostgreSQL (`INDEXNOW_PG_BIN`) and copied for
+/// each cluster: `initdb` took about 2 s a cluster, a copy takes a tenth of that, and the suite
+/// starts a few hundred clusters per version. Kept under `target/` between runs, keyed by the
+/// server's version and the arguments; made in a folder of its own and renamed into place, so that
+/// test processes running at once never see half of one. Every copy has the template's system
+/// identifier: a test about two distinct servers makes the second with [`Cluster::start_own_system`].
+fn template_data() -> PathBuf {
+    static MADE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        let version = run(
+            "postgres --version",
+            Command::new(format!("{}/postgres", pg_bin())).arg("--version"),
+        );
+        let key = format!("{} {}", version.trim(), INITDB_ARGS.join(" "));
+        let name: String = key
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-templates");
+        let made = root.join(&name);
+        if made.join("data/PG_VERSION").exists() {
+            return made.join("data");
+        }
+        std::fs::create_dir_all(&root).unwrap();
+        let making = root.join(format!("{name}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&making);
+        std::fs::create_dir_all(&making).unwrap();
+        run(
+            "chown",
+            Command::new("chown").args(["postgres:postgres", making.to_str().unwrap()]),
+        );
+        initdb(&making.join("data"));
+        // (another process may have put its own in place meanwhile: either is as good)
+        if std::fs::rename(&making, &made).is_err() {
+            let _ = std::fs::remove_dir_all(&making);
+        }
+        made.join("data")
+    })
+    .clone()
+}
+
 impl Cluster {
     pub fn start(options: Options) -> Cluster {
+        Cluster::start_from(options, true)
+    }
+
+    /// A cluster of its own `initdb`, so with a system identifier of its own (one another
+    /// cluster's dump is restored into, as on another server).
+    pub fn start_own_system(options: Options) -> Cluster {
+        Cluster::start_from(options, false)
+    }
+
+    fn start_from(options: Options, template: bool) -> Cluster {
         let port = free_port();
         let dir = cluster_dir(port);
         let data = dir.join("data");
-        run(
-            "initdb",
-            as_postgres(&format!("{}/initdb", pg_bin()))
-                .args([
-                    "-D",
-                    data.to_str().unwrap(),
-                    "-A",
-                    "trust",
-                    "-U",
-                    "postgres",
-                    "--no-sync",
-                ])
-                .args(["-E", "UTF8", "--locale", "C.UTF-8"]),
-        );
+        if template {
+            run(
+                "copying the initdb template",
+                Command::new("cp").arg("-a").arg(template_data()).arg(&data),
+            );
+        } else {
+            initdb(&data);
+        }
         let mut conf = vec![
             format!("port = {port}"),
             "listen_addresses = '127.0.0.1'".to_string(),
@@ -442,22 +517,24 @@ pub fn release_library(version: &str) -> PathBuf {
             .arg("-C")
             .arg(&source),
     );
+    // One target folder for every release and version: what they have in common (the
+    // dependencies, and for two releases on one version pgrx's bindings too) is built once. The
+    // build and the copy of its library hold a lock, as another test may build another release
+    // into the same folder at the same time.
+    let shared = root.join("target/releases");
+    std::fs::create_dir_all(&lib_dir).unwrap();
     run(
         &format!("cargo build of release {version}"),
-        Command::new("cargo")
-            .current_dir(&source)
-            .env("CARGO_TARGET_DIR", base.join("target"))
-            .args([
-                "build",
-                "--lib",
-                "--offline",
-                "--quiet",
-                "--no-default-features",
-            ])
-            .args(["--features", &format!("pg{major}")]),
+        Command::new("flock")
+            .arg(root.join("target/releases.lock"))
+            .args(["sh", "-c", "cd \"$1\" && cargo build --lib --offline --quiet --no-default-features --features \"$2\" && cp \"$3\" \"$4.$$\" && mv \"$4.$$\" \"$4\""])
+            .arg("build")
+            .arg(&source)
+            .arg(format!("pg{major}"))
+            .arg(shared.join("debug/libindexnow.so"))
+            .arg(&library)
+            .env("CARGO_TARGET_DIR", &shared),
     );
-    std::fs::create_dir_all(&lib_dir).unwrap();
-    std::fs::copy(base.join("target/debug/libindexnow.so"), &library).unwrap();
     library
 }
 

@@ -18,10 +18,14 @@ fn receiver() -> Receiver {
 }
 
 fn cluster(receiver: &Receiver) -> Cluster {
-    Cluster::start(Options {
+    Cluster::start(sending_options(receiver))
+}
+
+fn sending_options(receiver: &Receiver) -> Options {
+    Options {
         preload: true,
         conf: sending_conf(&receiver.endpoint(), &[]),
-    })
+    }
 }
 
 fn queue(db: &mut postgres::Client, path: &str) {
@@ -188,7 +192,8 @@ fn a_dump_restored_into_another_cluster_sends_nothing_until_confirmed() {
     drop(site);
     let dump = production.dump("site");
     let receiver = receiver();
-    let staging = cluster(&receiver);
+    // (another server: a system identifier of its own)
+    let staging = Cluster::start_own_system(sending_options(&receiver));
     let mut copy = staging.restore(&dump, "site");
     held_until_confirmed(&mut copy, &receiver);
     assert_eq!(
