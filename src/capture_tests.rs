@@ -3258,7 +3258,8 @@ fn an_alter_that_changes_no_row_records_nothing_to_derive() {
     assert_eq!(recorded("retyped"), 1);
     run("ALTER TABLE rekeyed DROP CONSTRAINT rekeyed_pkey, ADD PRIMARY KEY (uid)");
     assert_eq!(recorded("rekeyed"), 1);
-    // (a page known by another key is announced once as changed: README, "Capture")
+    // (a page known by another key is announced once as changed: docs/capture.md, "Changing a
+    // watched table")
     assert_eq!(
         pending(),
         "https://www.example.com/rekeyed/A changed\n\

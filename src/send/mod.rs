@@ -561,9 +561,10 @@ impl Pass<'_> {
     /// into this database's `indexnow_backoff` too (unless this database's own pause lasts as
     /// long), so that `indexnow_status()`, the sleep until the next due URL and the LOG line when
     /// sending resumes all go by it as by a pause of its own. When that row is gone before the
-    /// pause's end, someone ended the pause here (`DELETE FROM indexnow_backoff`, as README's
-    /// "Clearing a pause" says): it ends for every database of the server. `indexnow_push_now()`
-    /// keeps to the pause without writing it (it would write back a pause just ended).
+    /// pause's end, someone ended the pause here (`DELETE FROM indexnow_backoff`, as
+    /// docs/operations.md's "Clearing a pause" says): it ends for every database of the server.
+    /// `indexnow_push_now()` keeps to the pause without writing it (it would write back a pause
+    /// just ended).
     fn endpoint_paused_elsewhere(&mut self) -> bool {
         use std::sync::atomic::{AtomicI64, Ordering};
         /// The end of the last shared pause this process wrote into its database.

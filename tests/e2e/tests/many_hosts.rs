@@ -460,8 +460,9 @@ fn a_pause_the_endpoint_orders_holds_every_database_of_the_server() {
     assert!(cluster
         .log()
         .contains("answered to another database of this server"));
-    // Ended by hand (README, "Clearing a pause"), in each database that shows it: both send at
-    // once, not at the end of the pause, which the other database's worker keeps to otherwise.
+    // Ended by hand (docs/operations.md, "Clearing a pause"), in each database that shows it: both
+    // send at once, not at the end of the pause, which the other database's worker keeps to
+    // otherwise.
     one.batch_execute("DELETE FROM indexnow_backoff").unwrap();
     two.batch_execute("DELETE FROM indexnow_backoff").unwrap();
     wait_until("both databases send", SECONDS(20), || {

@@ -209,7 +209,8 @@ fn a_dump_restored_into_another_cluster_sends_nothing_until_confirmed() {
     assert_eq!(count(&mut copy, "SELECT count(*) FROM indexnow_watches"), 2);
 }
 
-/// How README's "Copies and staging" starts a physical copy the first time.
+/// How README ("Staging leaks") and docs/operations.md ("Physical backups") start a physical copy
+/// the first time.
 const README_FIRST_START: &str = "pg_ctl -o '-c indexnow.server_enabled=off' start";
 
 /// The indexnow workers of `db` that `pg_stat_activity` shows.
