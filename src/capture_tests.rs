@@ -118,14 +118,17 @@ fn ten_saves_make_one_row() {
     for i in 0..10 {
         run(&format!("UPDATE pages SET body = 'edit {i}' WHERE slug = 'news'"));
     }
-    // Never announced before: one `created`, however often it was saved.
-    assert_eq!(queue(), "https://www.example.com/th/news created 11");
+    // Never announced before: one row, one `created`, however often it was saved (the saves are
+    // recorded, and derived together).
+    assert_eq!(pending(), "https://www.example.com/th/news created");
+    assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 1);
 }
 
 #[pg_test]
 fn an_ignored_only_change_queues_nothing() {
     site();
     publish("news");
+    derive();
     run("UPDATE indexnow_urls SET changed_at = now() - interval '1 hour', settled_seq = request_seq");
     run("UPDATE pages SET sort_order = 5, is_featured = true, keywords = 'k', updated_at = now() + interval '1 s'");
     assert_eq!(pending(), "");
@@ -164,6 +167,7 @@ fn an_update_of_ignored_columns_does_not_run_the_watch_statement() {
     counted_site();
     let before = url_calls();
     run("UPDATE docs SET views = views + 1, updated_at = now() + interval '1 s'");
+    derive();
     // The first watch ignores both columns: its statement did not run (no URL derived, over
     // large out-of-line bodies too); the second watch compares views: its URLs are changed.
     assert_eq!(url_calls(), before);
@@ -180,6 +184,7 @@ fn an_update_of_ignored_columns_does_not_run_the_watch_statement() {
     );
     // A change to one row's public column runs it (and queues that row only).
     run("UPDATE docs SET body = body || 'x' WHERE id = 7");
+    derive();
     assert!(url_calls() > before);
     assert_eq!(
         pending_like("https://www.example.com/c/%"),
@@ -210,6 +215,7 @@ fn an_update_of_the_key_alone_runs_the_watch_statement() {
     run("SELECT indexnow_watch('docs', url_sql => 'counted_url(slug)', ignore => '{id,views,updated_at}')");
     let before = url_calls();
     run("UPDATE docs SET id = id + 1000, slug = slug WHERE id = 3");
+    derive();
     assert!(url_calls() > before);
 }
 
@@ -336,11 +342,13 @@ fn scheduled_rescheduled_and_cancelled() {
            ('soon', 'published', now() + interval '1 day'), \
            ('later', 'published', now() + interval '2 days')",
     );
+    derive();
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE available_at = now() + interval '1 day' AND url LIKE '%/soon'"),
         1
     );
     run("UPDATE pages SET published_at = now() + interval '3 days' WHERE slug = 'soon'");
+    derive();
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE available_at = now() + interval '3 days' AND url LIKE '%/soon'"),
         1
@@ -354,6 +362,7 @@ fn scheduled_rescheduled_and_cancelled() {
     // Published now instead: sent now.
     run("INSERT INTO pages (slug, status, published_at) VALUES ('x', 'published', now() + interval '1 day')");
     run("UPDATE pages SET published_at = now() - interval '1 minute' WHERE slug = 'x'");
+    derive();
     assert_eq!(count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/x' AND available_at = now()"), 1);
 }
 
@@ -440,6 +449,7 @@ fn a_watch_whose_url_writes_another_watched_table_queues_both() {
     for id in 1..=3 {
         run(&format!("INSERT INTO articles VALUES ({id}, 'story-{id}')"));
     }
+    derive();
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/a/story-%'"),
         3
@@ -455,6 +465,8 @@ fn a_watch_whose_url_writes_another_watched_table_queues_both() {
 
 #[pg_test]
 fn a_cancel_during_capture_cancels_the_write() {
+    // (a write that derives in its statement: recorded, the write never runs the expression)
+    run("SET LOCAL indexnow.derive_at_write = 100");
     run("CREATE TABLE slow (id int PRIMARY KEY)");
     run(
         "SELECT indexnow_watch('slow', url_sql => $$'https://www.example.com/s/' || id || \
@@ -778,6 +790,7 @@ fn an_unwatched_url_tried_without_an_answer_is_still_removed() {
     run("SELECT indexnow_watch('pages', url => 'https://www.example.com/old/{slug}')");
     run("SELECT indexnow_watch('pages', url => 'https://www.example.com/new/{slug}')");
     run("INSERT INTO pages VALUES (1, 'tried'), (2, 'never')");
+    derive();
     run("UPDATE indexnow_urls SET tried_at = clock_timestamp() WHERE url LIKE '%/old/tried'");
     run("SELECT indexnow_unwatch('pages', 'https://www.example.com/old/{slug}')");
     run("SELECT * FROM indexnow_reconcile('pages')");
@@ -892,8 +905,13 @@ fn a_bulk_statement_is_recorded_and_status_shows_it_waiting_without_deriving() {
     assert_eq!(count("SELECT sum(pending)::bigint FROM indexnow_status()"), 500);
     assert_eq!(count("SELECT max(changes_waiting) FROM indexnow_status()"), 0);
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
-    // A single-row save is derived in its own statement.
+    // A single-row save is recorded too (the default), and derived in its own statement when
+    // indexnow.derive_at_write allows.
     run("UPDATE pages SET body = 'x' WHERE slug = 'p1'");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    derive();
+    run("SET LOCAL indexnow.derive_at_write = 100");
+    run("UPDATE pages SET body = 'y' WHERE slug = 'p1'");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
 
@@ -982,11 +1000,13 @@ fn a_parent_schedules_and_reschedules_its_translations() {
     pushed();
     run("INSERT INTO articles VALUES (4, true, now() + interval '1 day', 1)");
     run("INSERT INTO article_translations VALUES (4, 'en', 'soon', 'T')");
+    derive();
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/soon' AND available_at = now() + interval '1 day'"),
         1
     );
     run("UPDATE articles SET published_at = now() + interval '2 days' WHERE id = 4");
+    derive();
     assert_eq!(
         count("SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/soon' AND available_at = now() + interval '2 days'"),
         1
@@ -1106,9 +1126,9 @@ fn reconcile_after_a_failing_row_names_nothing_it_cannot_derive() {
 }
 
 #[pg_test]
-fn with_derive_at_write_zero_a_save_is_recorded_and_derived_after() {
+fn a_save_is_recorded_and_derived_after_unless_derive_at_write_allows_it() {
     site();
-    run("SET LOCAL indexnow.derive_at_write = 0");
+    // The default: recorded, derived by a reader (or a worker after the commit).
     publish("news");
     assert_eq!(count("SELECT count(*) FROM indexnow_urls"), 0);
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
@@ -1116,9 +1136,15 @@ fn with_derive_at_write_zero_a_save_is_recorded_and_derived_after() {
     // An ignored-only save records nothing, as always.
     run("UPDATE pages SET sort_order = 9");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
-    run("RESET indexnow.derive_at_write");
+    // Derived in its statement: in the queue at once, nothing recorded.
+    pushed();
+    run("SET LOCAL indexnow.derive_at_write = 100");
     run("UPDATE pages SET body = 'now' WHERE slug = 'news'");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq AND reason = 'changed'"),
+        1
+    );
 }
 
 #[pg_test]
@@ -1522,6 +1548,8 @@ fn a_page_edited_in_place_takes_the_small_statement() {
             "SELECT {what} FROM indexnow_sources WHERE url = 'https://www.example.com/th/a'"
         ))
     };
+    // (a save derived in its statement)
+    run("SET LOCAL indexnow.derive_at_write = 100");
     site();
     let start = taken();
     run("INSERT INTO pages (slug, title, status) VALUES ('a', 'A', 'published')");
@@ -1631,23 +1659,28 @@ fn a_url_tried_without_an_answer_and_given_by_another_row_is_still_removed() {
     run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}')");
     // Tried, no answer: the request stays pending, as a worker leaves it.
     let tried = || run("UPDATE indexnow_urls SET tried_at = clock_timestamp()");
-    run("INSERT INTO pages VALUES (1, 'tried')");
+    // (each statement derived before the next, as a worker soon after each commit)
+    let write = |sql: &str| {
+        run(sql);
+        derive();
+    };
+    write("INSERT INTO pages VALUES (1, 'tried')");
     tried();
-    run("UPDATE pages SET id = 2 WHERE id = 1");
-    run("DELETE FROM pages WHERE id = 2");
+    write("UPDATE pages SET id = 2 WHERE id = 1");
+    write("DELETE FROM pages WHERE id = 2");
     assert_eq!(pending(), "https://www.example.com/tried deleted");
     // Its removal accepted: the URL is gone for search engines. Given again, by a new key too,
     // and gone before it was told: nothing to send.
     pushed();
-    run("INSERT INTO pages VALUES (3, 'tried')");
-    run("UPDATE pages SET id = 4 WHERE id = 3");
-    run("DELETE FROM pages WHERE id = 4");
+    write("INSERT INTO pages VALUES (3, 'tried')");
+    write("UPDATE pages SET id = 4 WHERE id = 3");
+    write("DELETE FROM pages WHERE id = 4");
     assert_eq!(pending(), "");
     // Given again and tried, then taken over by a new key and gone: the removal is owed.
-    run("INSERT INTO pages VALUES (5, 'tried')");
+    write("INSERT INTO pages VALUES (5, 'tried')");
     tried();
-    run("UPDATE pages SET id = 6 WHERE id = 5");
-    run("DELETE FROM pages WHERE id = 6");
+    write("UPDATE pages SET id = 6 WHERE id = 5");
+    write("DELETE FROM pages WHERE id = 6");
     assert_eq!(pending(), "https://www.example.com/tried deleted");
 }
 
@@ -1877,8 +1910,11 @@ fn a_watch_follows_a_related_table_renamed() {
     run("ALTER TABLE sections RENAME TO topics");
     assert_eq!(pending(), "");
     run("UPDATE groups SET slug = 'sport'");
-    // Found through the renamed table, and derived in the write: nothing left for later.
-    assert_eq!(text("SELECT count(*)::text FROM indexnow_changes"), Some("0".into()));
+    // Found through the renamed table: the post's key recorded for its watch.
+    assert_eq!(
+        text("SELECT string_agg(keys::text, ',') FROM indexnow_changes WHERE tbl = 'posts'::regclass"),
+        Some("[[1]]".into())
+    );
     assert_eq!(
         pending(),
         "https://www.example.com/sport/news/one created\n\

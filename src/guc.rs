@@ -31,7 +31,7 @@ pub static BACKOFF_THROTTLED_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 pub static BACKOFF_UNAVAILABLE_S: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
 pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
-pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_IN_FLIGHT: GucSetting<i32> = GucSetting::<i32>::new(32);
 
 /// The most `indexnow.max_in_flight` allows: each request in flight is a thread and a connection.

@@ -417,7 +417,7 @@ fn settings_have_units_ranges_and_contexts() {
     assert_eq!(row("indexnow.backoff_throttled"), "3600 s superuser");
     assert_eq!(row("indexnow.backoff_unavailable"), "900 s superuser");
     assert_eq!(row("indexnow.history_days"), "30 - superuser");
-    assert_eq!(row("indexnow.derive_at_write"), "100 - superuser");
+    assert_eq!(row("indexnow.derive_at_write"), "0 - superuser");
 
     Spi::run("SET LOCAL indexnow.debounce = '2min'").unwrap();
     Spi::run("SET LOCAL indexnow.min_gap = '90min'").unwrap();

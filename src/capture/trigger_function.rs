@@ -154,12 +154,12 @@ fn with_transition_tables<R>(
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"))
 }
 
-/// At most this many rows (`indexnow.derive_at_write`), written at READ COMMITTED: the event is
-/// derived in the writing statement, so a save is in the queue when it commits (its plan kept per
-/// backend). Larger events, every event when the setting is 0 (the cheapest writes: a save
-/// then costs its change set's insert), and every event at REPEATABLE READ or SERIALIZABLE (whose
-/// snapshot would make the queue upsert fail against a sender's updates) are recorded as change
-/// sets and derived after the commit.
+/// At most this many rows (`indexnow.derive_at_write`, 0 by default), written at READ COMMITTED:
+/// the event is derived in the writing statement, so a save is in the queue when it commits (its
+/// plan kept per backend). Every other event, so every event by default (the cheapest writes: a
+/// save then costs its change set's insert), and every event at REPEATABLE READ or SERIALIZABLE
+/// (whose snapshot would make the queue upsert fail against a sender's updates), is recorded as
+/// change sets and derived after the commit by a worker its commit wakes.
 fn derive_at_write() -> i64 {
     i64::from(crate::guc::DERIVE_AT_WRITE.get())
 }
