@@ -141,9 +141,9 @@ CREATE TABLE indexnow_relations (
 );
 
 -- Change sets: which rows of a watched table a statement wrote, recorded by the capture trigger
--- when it does not derive them at once (a bulk statement, a writer at REPEATABLE READ or
--- SERIALIZABLE), and derived after commit by the workers or by any reader that must see them
--- first (indexnow_status(), indexnow_push_now(), indexnow_reconcile(), indexnow_derive()).
+-- (every statement by default: indexnow.derive_at_write), and derived after commit by the
+-- workers or by any reader that must see them first (indexnow_push_now(), indexnow_reconcile(),
+-- indexnow_derive(); indexnow_status() only counts them).
 -- Recording is an insert into this table only: it never conflicts with a sender.
 CREATE TABLE indexnow_changes (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

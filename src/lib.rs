@@ -194,100 +194,169 @@ mod map {
         parts
     }
 
-    /// The modules `text` (the code of `module`) names through `crate::` or `super::`,
-    /// outside comments and its test modules: each path resolved to the longest module it starts
-    /// with.
+    /// `text` without comments, and without the items under a test-only `#[cfg(...)]` (a test
+    /// module, a test function): what the library itself is made of.
+    fn library_code(text: &str) -> String {
+        let mut lines: Vec<&str> = vec![];
+        for line in text.lines() {
+            let code = line.split(" // ").next().unwrap_or_default();
+            if !code.trim_start().starts_with("//") {
+                lines.push(code);
+            }
+        }
+        let code = lines.join("\n");
+        let mut kept = String::new();
+        let mut rest = code.as_str();
+        while let Some(at) = ["#[cfg(test)]", "#[cfg(any(test, feature = \"pg_test\"))]"]
+            .iter()
+            .filter_map(|a| rest.find(a))
+            .min()
+        {
+            kept.push_str(&rest[..at]);
+            // The item that follows (after its other attributes): up to its `;`, or through the
+            // brace that closes its body.
+            let item = &rest[at..];
+            let mut depth = 0usize;
+            let mut end = item.len();
+            for (i, c) in item.char_indices().skip_while(|(_, c)| *c != ']') {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = i + 1;
+                            break;
+                        }
+                    }
+                    ';' if depth == 0 => {
+                        end = i + 1;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            rest = &item[end..];
+        }
+        kept.push_str(rest);
+        kept
+    }
+
+    /// The paths a use tree at `chars[*at..]` names, each as its segments (`a::{b, c::{d, e}}`:
+    /// `a::b`, `a::c::d`, `a::c::e`, and `a` and `a::c` themselves).
+    fn paths(chars: &[char], at: &mut usize) -> Vec<Vec<String>> {
+        let skip_space = |at: &mut usize| {
+            while *at < chars.len() && chars[*at].is_whitespace() {
+                *at += 1;
+            }
+        };
+        let mut segments: Vec<String> = vec![];
+        loop {
+            skip_space(at);
+            if *at < chars.len() && chars[*at] == '{' {
+                *at += 1;
+                let mut found = vec![segments.clone()];
+                loop {
+                    skip_space(at);
+                    if *at >= chars.len() || chars[*at] == '}' {
+                        *at += 1;
+                        return found;
+                    }
+                    for tail in paths(chars, at) {
+                        found.push(segments.iter().cloned().chain(tail).collect());
+                    }
+                    skip_space(at);
+                    if *at < chars.len() && chars[*at] == ',' {
+                        *at += 1;
+                    }
+                }
+            }
+            let start = *at;
+            while *at < chars.len() && (chars[*at].is_alphanumeric() || chars[*at] == '_') {
+                *at += 1;
+            }
+            if *at == start {
+                return vec![segments];
+            }
+            let word: String = chars[start..*at].iter().collect();
+            if word != "self" {
+                segments.push(word);
+            }
+            skip_space(at);
+            if chars[*at..].starts_with(&[':', ':']) {
+                *at += 2;
+            } else {
+                return vec![segments];
+            }
+        }
+    }
+
+    /// The modules the library code of `module` names: through `crate::`, `super::` and `self::`
+    /// paths, and, in a folder's `mod.rs`, through paths that start with one of its own child
+    /// modules (`sql::CLAIM`); each path resolved to the longest module it starts with.
     fn imports(
         module: &[String],
         text: &str,
         known: &BTreeSet<Vec<String>>,
     ) -> BTreeSet<Vec<String>> {
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        let code = code
-            .split("#[cfg(any(test, feature = \"pg_test\"))]")
-            .next()
-            .unwrap_or_default();
+        let chars: Vec<char> = library_code(text).chars().collect();
+        let children: Vec<String> = known
+            .iter()
+            .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+            .map(|m| m[module.len()].clone())
+            .collect();
         let mut found = BTreeSet::new();
-        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            let mut rest = line;
-            while let Some(at) = ["crate::", "super::"]
-                .iter()
-                .filter_map(|p| rest.find(p))
-                .min()
-            {
-                let tail = &rest[at..];
-                let word_before = rest[..at]
-                    .chars()
-                    .last()
-                    .is_some_and(|c| c.is_alphanumeric() || c == '_');
-                // `crate::a::b`, or `crate::a::{b, c::d}`
-                let mut path: String = tail
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                    .collect();
-                if tail[path.len()..].starts_with('{') {
-                    let braced: String = tail[path.len()..]
-                        .chars()
-                        .take_while(|c| *c != '}')
-                        .collect();
-                    path.push_str(&braced);
+        let mut at = 0;
+        while at < chars.len() {
+            let word_start = (at == 0
+                || !(chars[at - 1].is_alphanumeric()
+                    || chars[at - 1] == '_'
+                    || chars[at - 1] == ':'))
+                && (chars[at].is_alphabetic() || chars[at] == '_');
+            if !word_start {
+                at += 1;
+                continue;
+            }
+            let mut end = at;
+            while end < chars.len() && (chars[end].is_alphanumeric() || chars[end] == '_') {
+                end += 1;
+            }
+            let word: String = chars[at..end].iter().collect();
+            let follows_path = chars[end..].starts_with(&[':', ':']);
+            let base: Option<Vec<String>> = match word.as_str() {
+                _ if !follows_path => None,
+                "crate" => Some(vec![]),
+                // (`super` of `a::b` is `a`, whether `b` is a file or a folder's mod.rs)
+                "super" => Some(module[..module.len().saturating_sub(1)].to_vec()),
+                "self" => Some(module.to_vec()),
+                w if children.iter().any(|c| c == w) => {
+                    end = at; // the child's name is the path's first segment
+                    Some(module.to_vec())
                 }
-                rest = &tail[7.min(tail.len())..];
-                if word_before {
-                    continue;
+                _ => None,
+            };
+            let Some(mut base) = base else {
+                at = end;
+                continue;
+            };
+            let mut tree_at = if end == at { at } else { end + 2 };
+            for path in paths(&chars, &mut tree_at) {
+                let mut full = base.clone();
+                let mut segments = path.into_iter().peekable();
+                while segments.peek().is_some_and(|s| s == "super") {
+                    segments.next();
+                    full.pop();
                 }
-                let (head, braced) = match path.split_once('{') {
-                    Some((h, b)) => (h.trim_end_matches(':').to_string(), Some(b.to_string())),
-                    None => (path.trim_end().to_string(), None),
-                };
-                let mut base: Vec<String> = vec![];
-                let mut segments = head.split("::").filter(|s| !s.is_empty()).peekable();
-                match segments.next() {
-                    Some("crate") => {}
-                    Some("super") => {
-                        // (`super` of `a::b` is `a`, whether `b` is a file or a folder's mod.rs)
-                        base = module[..module.len().saturating_sub(1)].to_vec();
-                        while segments.peek() == Some(&"super") {
-                            segments.next();
-                            base.pop();
-                        }
-                    }
-                    _ => continue,
-                }
-                let head: Vec<String> = segments.map(|s| s.trim().to_string()).collect();
-                let tails: Vec<Vec<String>> = match braced {
-                    Some(b) => b
-                        .split(',')
-                        .map(|t| {
-                            t.trim()
-                                .split("::")
-                                .next()
-                                .unwrap_or_default()
-                                .trim()
-                                .to_string()
-                        })
-                        .filter(|t| !t.is_empty() && t != "self")
-                        .map(|t| vec![t])
-                        .chain(std::iter::once(vec![]))
-                        .collect(),
-                    None => vec![vec![]],
-                };
-                for t in tails {
-                    let full: Vec<String> = base
-                        .iter()
-                        .chain(head.iter())
-                        .chain(t.iter())
-                        .cloned()
-                        .collect();
-                    let target = (1..=full.len())
-                        .rev()
-                        .map(|n| full[..n].to_vec())
-                        .find(|m| known.contains(m));
-                    if let Some(target) = target.filter(|t| t.as_slice() != module) {
-                        found.insert(target);
-                    }
+                full.extend(segments);
+                let target = (1..=full.len())
+                    .rev()
+                    .map(|n| full[..n].to_vec())
+                    .find(|m| known.contains(m));
+                if let Some(target) = target.filter(|t| t.as_slice() != module) {
+                    found.insert(target);
                 }
             }
+            base.clear();
+            at = tree_at.max(at + 1);
         }
         found
     }

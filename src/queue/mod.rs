@@ -108,6 +108,7 @@ pub fn known_live(alias: &str) -> String {
 /// worker killed mid-request: `tried_at`). A URL told of is owed its removal when it goes; one
 /// that is not (a draft, a page scheduled and cancelled, a URL whose only request was a dry run's)
 /// never is. The one statement of the rule: every derivation that decides on a removal uses it.
+/// (An `OR` of two terms: inside a larger condition, put it in parentheses.)
 pub fn told_of_since(alias: &str, since: &str) -> String {
     format!(
         "({} AND coalesce({alias}.last_pushed_at, '-infinity') >= {since}) \

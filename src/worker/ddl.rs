@@ -7,7 +7,7 @@
 //! (`LEAVE_ALONE_FOR`, a minute), then serves it again under whatever name it has. Queued URLs
 //! wait meanwhile. TimescaleDB stops its schedulers the same way. Installed only when preloaded.
 
-use super::registry;
+use crate::registry;
 use pgrx::prelude::*;
 
 static mut PREVIOUS: pg_sys::ProcessUtility_hook_type = None;

@@ -18,13 +18,15 @@ fn site(cluster: &Cluster) -> Client {
 }
 
 /// Publishes page `slug` and marks what is pending as pushed, as a push after the save would (in a
-/// transaction of its own: a later clock than the save's).
+/// transaction of its own: a later clock than the save's; the save derived first, as a sender
+/// derives what was recorded before it claims).
 fn publish_and_push(db: &mut Client, slug: &str) {
     db.execute(
         "INSERT INTO pages (slug, status) VALUES ($1, 'published')",
         &[&slug],
     )
     .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     db.batch_execute(
         "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
            last_pushed_at = now() WHERE request_seq > settled_seq",
@@ -32,7 +34,10 @@ fn publish_and_push(db: &mut Client, slug: &str) {
     .unwrap();
 }
 
+/// What is pending, after deriving what the saves recorded (as every reader of the queue does:
+/// saves record, and a worker may not have derived them yet).
 fn queued(db: &mut Client) -> Vec<String> {
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     db.query(
         "SELECT url || ' ' || reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url",
         &[],
@@ -98,9 +103,12 @@ fn a_rolled_back_update_queues_nothing() {
 fn a_url_that_cannot_be_built_warns_and_the_statement_succeeds() {
     let cluster = Cluster::start(Options::default());
     let _db = site(&cluster);
+    // (derived in the writing statement: its WARNING goes to the writer; recorded, the default,
+    // the worker's derivation logs it: a_row_that_cannot_be_derived_is_logged_by_the_worker)
     let out = cluster.psql(
         "site",
-        "INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published'), \
+        "SET indexnow.derive_at_write = 100; \
+         INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published'), \
              ('http://x', 'draft')",
     );
     assert!(out.contains("INSERT 0 3"), "{out}");
@@ -115,6 +123,26 @@ fn a_url_that_cannot_be_built_warns_and_the_statement_succeeds() {
     assert_eq!(out.matches("WARNING:").count(), 1, "{out}");
 }
 
+/// Recorded, as saves are by default, a row whose URL cannot be built costs the writer nothing:
+/// no WARNING reaches it, and the worker that derives the save logs one, naming the row.
+#[test]
+fn a_row_that_cannot_be_derived_is_logged_by_the_worker() {
+    let cluster = Cluster::start(Options::default());
+    let _db = site(&cluster);
+    let out = cluster.psql(
+        "site",
+        "INSERT INTO pages (slug, status) VALUES (NULL, 'published'), ('ok', 'published')",
+    );
+    assert!(out.contains("INSERT 0 2"), "{out}");
+    assert!(!out.contains("WARNING"), "{out}");
+    wait_until("the worker logs the row it skipped", SECONDS(30), || {
+        cluster.log().contains(
+            "WARNING:  indexnow: 1 row of public.pages skipped for https://www.example.com/th/{slug} \
+             ([1]: its URL could not be built",
+        )
+    });
+}
+
 #[test]
 fn a_failing_watch_warns_and_the_write_succeeds() {
     let cluster = Cluster::start(Options::default());
@@ -124,7 +152,10 @@ fn a_failing_watch_warns_and_the_write_succeeds() {
          SELECT indexnow_watch('items', url_sql => $$'https://www.example.com/i/' || (100 / n)$$);",
     )
     .unwrap();
-    let out = cluster.psql("site", "INSERT INTO items VALUES (1, 0)");
+    let out = cluster.psql(
+        "site",
+        "SET indexnow.derive_at_write = 100; INSERT INTO items VALUES (1, 0)",
+    );
     assert!(out.contains("INSERT 0 1"), "{out}");
     assert!(
         out.contains("WARNING:  indexnow: 1 row of public.items skipped for"),
@@ -713,8 +744,11 @@ fn a_save_does_not_wait_for_a_derivation_holding_its_page() {
     deriver
         .batch_execute("BEGIN; SELECT indexnow_derive(1)")
         .unwrap();
+    // (a save that derives in its statement: recorded, as by default, it has nothing to wait for)
     let mut saver = cluster.connect("site");
-    saver.batch_execute("SET statement_timeout = '5s'").unwrap();
+    saver
+        .batch_execute("SET statement_timeout = '5s'; SET indexnow.derive_at_write = 100")
+        .unwrap();
     let started = std::time::Instant::now();
     saver
         .batch_execute("UPDATE pages SET body = 'mine' WHERE slug = 'p5'")
@@ -734,7 +768,7 @@ fn a_save_does_not_wait_for_a_derivation_holding_its_page() {
     // The page's source is the saved version: saving it again as it is queues nothing more.
     let seq = "SELECT request_seq FROM indexnow_urls WHERE url = 'https://www.example.com/th/p5'";
     let before = count(&mut db, seq);
-    db.batch_execute("UPDATE pages SET body = 'mine' WHERE slug = 'p5'")
+    db.batch_execute("UPDATE pages SET body = 'mine' WHERE slug = 'p5'; SELECT indexnow_derive()")
         .unwrap();
     assert_eq!(count(&mut db, seq), before);
 }
@@ -754,17 +788,22 @@ fn readers_do_not_wait_for_a_transaction_left_open() {
         "INSERT INTO pages (slug, status) VALUES ('a', 'published'), ('b', 'published')",
     )
     .unwrap();
-    // Pushed, in a transaction of its own (a later clock than the saves').
+    // Derived, then pushed in a transaction of its own (a later clock than the derivation's).
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     db.batch_execute(
         "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
            last_pushed_at = now() WHERE request_seq > settled_seq",
     )
     .unwrap();
-    db.batch_execute("BEGIN; UPDATE pages SET body = 'held' WHERE slug = 'a'")
-        .unwrap();
+    // (the held save derived in its statement, so that it holds its URL's queue row)
+    db.batch_execute(
+        "BEGIN; SET LOCAL indexnow.derive_at_write = 100; \
+         UPDATE pages SET body = 'held' WHERE slug = 'a'",
+    )
+    .unwrap();
     db.batch_execute("PREPARE TRANSACTION 'held'").unwrap();
-    // The second page takes the first one's URL: its save cannot derive (the prepared
-    // transaction holds that URL's queue row), so it is recorded.
+    // The second page takes the first one's URL: recorded, and its derivation cannot run while
+    // the prepared transaction holds that URL's queue row.
     db.batch_execute("UPDATE pages SET slug = 'a', body = 'q' WHERE slug = 'b'")
         .unwrap();
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);

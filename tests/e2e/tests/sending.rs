@@ -551,9 +551,14 @@ fn push_in_flight(hang_ms: u64, insert: &str) -> (Receiver, Cluster, postgres::C
 fn a_save_that_commits_while_the_push_is_settled_stays_due() {
     let (receiver, cluster, mut db) =
         push_in_flight(2_000, "INSERT INTO pages VALUES (1, 'news', 'first')");
+    // (a save that derives in its statement, so that it holds the URL's queue row until it
+    // commits; recorded, as by default, it holds nothing the settle waits for)
     let mut saver = cluster.connect("site");
     saver
-        .batch_execute("BEGIN; UPDATE pages SET body = 'second' WHERE id = 1")
+        .batch_execute(
+            "SET indexnow.derive_at_write = 100; \
+             BEGIN; UPDATE pages SET body = 'second' WHERE id = 1",
+        )
         .unwrap();
     wait_until(
         "the worker's settle waits for the save",
@@ -1126,7 +1131,8 @@ fn scheduled_pages_are_re_read_at_send_time() {
          SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}', \
                                visible => $$status = 'published'$$, publish_at => 'published_at'); \
          INSERT INTO posts SELECT g, 'post-' || g, 'published', now() + interval '1 second' \
-           FROM generate_series(1, 4) g;"
+           FROM generate_series(1, 4) g; \
+         SELECT indexnow_derive();"
     ))
     .unwrap();
     // Writes the triggers do not see (a restore, a replica-mode maintenance script).
@@ -1201,6 +1207,8 @@ fn only_scheduled_pages_are_re_read_at_send_time() {
            FROM generate_series(1, 3) g;"
     ))
     .unwrap();
+    // (the saves derived, as the worker would: what follows counts the re-reads only)
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     let derived = |db: &mut postgres::Client| count(db, "SELECT last_value FROM derived");
     db.batch_execute("SET indexnow.enabled = on").unwrap();
     let before = derived(&mut db);
@@ -1217,6 +1225,7 @@ fn only_scheduled_pages_are_re_read_at_send_time() {
 
     db.batch_execute("INSERT INTO posts VALUES (4, 'scheduled', now() + interval '1 second')")
         .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     std::thread::sleep(Duration::from_millis(1_200));
     let before = derived(&mut db);
     let sent = count(
@@ -1331,6 +1340,7 @@ fn push_now_holds_no_row_lock_across_its_request() {
     });
     save_page_while_the_push_hangs(&mut db, &receiver);
     assert_eq!(pushing.join().unwrap(), 1);
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     let row = db
         .query_one(
             "SELECT request_seq > settled_seq, last_pushed_at IS NOT NULL FROM indexnow_urls",
@@ -1746,6 +1756,7 @@ fn a_url_whose_push_was_lost_with_a_killed_worker_still_has_its_removal_sent() {
     let mut db = cluster.connect("site");
     db.batch_execute("UPDATE pages SET status = 'draft'")
         .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     assert_eq!(
         count(
             &mut db,
@@ -1789,11 +1800,15 @@ fn a_prepared_transaction_does_not_stop_the_worker() {
     wait_until("the pages are sent", SECONDS(30), || {
         accepted_urls(&receiver.received()).len() == 2
     });
-    db.batch_execute("BEGIN; UPDATE pages SET body = 'held' WHERE id = 1")
-        .unwrap();
+    // (the held save derived in its statement, so that it holds its URL's queue row)
+    db.batch_execute(
+        "BEGIN; SET LOCAL indexnow.derive_at_write = 100; \
+         UPDATE pages SET body = 'held' WHERE id = 1",
+    )
+    .unwrap();
     db.batch_execute("PREPARE TRANSACTION 'held'").unwrap();
-    // Page 2 takes page 1's URL: its save cannot derive (the prepared transaction holds that
-    // URL's queue row) and is recorded; the worker's derivation of it waits for that row.
+    // Page 2 takes page 1's URL: its save is recorded; the worker's derivation of it waits for
+    // that row.
     db.batch_execute("UPDATE pages SET slug = 'a', body = 'q' WHERE id = 2")
         .unwrap();
     assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 1);
@@ -2225,6 +2240,7 @@ fn a_page_unpublished_while_push_now_sends_it_gets_its_removal() {
         .execute("UPDATE posts SET published = false", &[])
         .unwrap();
     assert_eq!(pushing.join().unwrap(), 1, "the announcement was sent");
+    editor.batch_execute("SELECT indexnow_derive()").unwrap();
     let owed = editor
         .query_one(
             "SELECT reason FROM indexnow_urls WHERE request_seq > settled_seq",

@@ -188,9 +188,18 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         "{}",
         cluster.log()
     );
-    // Saves go on being captured; nothing is sent until the update.
+    // Saves go on being captured (recorded: the workers derive them after the update); nothing is
+    // sent until the update.
     db.batch_execute("INSERT INTO pages VALUES (4, 'four', true)")
         .unwrap();
+    let waiting: i64 = db
+        .query_one(
+            "SELECT count(*) FROM indexnow_changes WHERE keys IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 1, "the save is recorded before the update");
     // A TRUNCATE too (its change set names the internal functions of the old SQL).
     let mut tx = db.transaction().unwrap();
     tx.batch_execute("TRUNCATE drafts").unwrap();
@@ -222,11 +231,8 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     let (queue, history) = queue_and_history(&mut db);
     assert_eq!(history, before.1, "no request made before the update");
     assert!(
-        before.0.iter().all(|row| queue.contains(row))
-            && queue
-                .iter()
-                .any(|row| row.starts_with(&format!("{} created", url("four")))),
-        "the queue is kept and the new page queued: {queue:?}"
+        before.0.iter().all(|row| queue.contains(row)),
+        "the queue is kept: {queue:?}"
     );
 
     // (through psql, which prints the update's NOTICEs and WARNINGs): the extension's own
@@ -357,6 +363,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     // the second foreign key declared), moves the book.
     db.batch_execute("UPDATE shelves_low SET slug = 'verse' WHERE id = 1")
         .unwrap();
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
     assert_eq!(
         count(
             &mut db,
