@@ -39,7 +39,8 @@ cargo test -p indexnow-protocol -p indexnow-receiver
 # Postgres refuses root: the test clusters run as the postgres user in folders it owns.
 pgrx_dir=$(mktemp -d /tmp/indexnow-pgrx-test.XXXXXX)
 chown postgres:postgres "$pgrx_dir"
-trap 'rm -rf "$pgrx_dir"' EXIT
+# (the times are printed however the run ends: a failed step's too)
+trap 'print_timings; rm -rf "$pgrx_dir"' EXIT
 
 for v in "${versions[@]}"; do
   pg_config=$(pg_config_of "$v")
@@ -68,4 +69,3 @@ for v in "${versions[@]}"; do
     grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
   done
 done
-print_timings

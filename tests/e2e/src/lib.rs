@@ -562,13 +562,15 @@ pub fn worker_state(db: &mut Client) -> String {
         .get(0)
 }
 
-/// Waits until no queued URL has a request pending (every push is recorded); panics naming
-/// `what` after `limit`.
+/// Waits until no queued URL has a request pending (every push is recorded) and no change set waits
+/// to be derived; panics naming `what` after `limit`.
 pub fn wait_until_settled(db: &mut Client, what: &str, limit: std::time::Duration) {
+    // (saves are recorded, and in the queue once a worker has derived them: none may wait)
     wait_until(what, limit, || {
         count(
             db,
-            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq",
+            "SELECT (SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq) \
+                  + (SELECT count(*) FROM indexnow_changes)",
         ) == 0
     });
 }
