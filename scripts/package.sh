@@ -33,6 +33,7 @@ for pg_config in "${configs[@]}"; do
   cargo pgrx package "${profile[@]}" --pg-config "$pg_config" --no-default-features --features "pg$major" --out-dir "$out" >/dev/null
   # Beside the install script cargo pgrx made: the older releases' and the upgrade scripts.
   extension_dir="$out$("$pg_config" --sharedir)/extension"
+  check_kept_install_script "$extension_dir"
   install -m 644 sql/indexnow--*.sql "$extension_dir/"
   # What a server needs, or the tree is not a package.
   for f in "$("$pg_config" --pkglibdir)/indexnow.so" "$("$pg_config" --sharedir)/extension/indexnow.control" \

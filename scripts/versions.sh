@@ -29,6 +29,27 @@ pg_config_of() {
   return 0
 }
 
+# Fails unless the kept install script of this version (sql/indexnow--VERSION.sql, kept from the
+# release commit) declares what the code generates now (the script cargo-pgrx wrote into the
+# extension folder $1), comments aside.
+# The kept script is the one installed (it is copied over the generated one), so a SQL change made
+# after a release, without a new version and its upgrade script, would otherwise be installed as
+# the release's SQL, and a fresh install would differ from an upgraded database unseen.
+check_kept_install_script() {
+  local version generated kept
+  version=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1)
+  generated="$1/indexnow--$version.sql"
+  kept="sql/indexnow--$version.sql"
+  [ -f "$kept" ] || return 0
+  local strip='/^-- /d; /^$/d'
+  if ! diff <(sed "$strip" "$generated") <(sed "$strip" "$kept") >/dev/null; then
+    diff <(sed "$strip" "$generated") <(sed "$strip" "$kept") | head -20 >&2
+    echo "the SQL this code generates differs from $kept, the install script kept from release $version:" \
+      "a SQL change needs a new version and its upgrade script (docs/releases.md, \"The procedure\")" >&2
+    return 1
+  fi
+}
+
 # The major version a pg_config belongs to: 15, 16, 18.
 pg_major_of() {
   "$1" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'
