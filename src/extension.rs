@@ -4,17 +4,13 @@
 use crate::quote::quote_ident;
 use pgrx::prelude::*;
 
-/// The schema the extension is installed in, quoted. A read (no transaction id).
+/// The schema the extension is installed in, quoted. A read (no transaction id). Where it may be
+/// missing (a worker's database may lose the extension), `crate::plan_cache::extension_schema`
+/// answers `None`: the query is there, as the statements kept there are filled in with the same
+/// schema (`@extschema@`).
 pub fn schema() -> String {
-    installed_schema()
-        .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"))
-}
-
-/// The schema the extension is installed in, quoted, or `None` when this database has no
-/// `indexnow` extension (a worker's database may lose it). The statements kept by
-/// `crate::plan_cache` are filled in with the same (`@extschema@`), so the query is there.
-pub fn installed_schema() -> Option<String> {
     crate::plan_cache::extension_schema()
+        .unwrap_or_else(|| error!("indexnow: the extension is not installed in this database"))
 }
 
 /// The same schema, found without a query: the schema of one of the extension's own functions

@@ -109,8 +109,8 @@ pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The schema the extension is installed in, quoted, or `None` when this database has none (the
-/// one query for it: `crate::extension::installed_schema` is this).
+/// The schema the extension is installed in, quoted, or `None` when this database has none: the
+/// one query for it (`crate::extension::schema` asks here).
 pub fn extension_schema() -> Option<String> {
     let name: Option<String> = get_one(
         "SELECT n.nspname::text FROM pg_catalog.pg_extension e \

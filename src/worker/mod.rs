@@ -549,7 +549,7 @@ fn only_copies() -> bool {
 /// schema in it: see `crate::extension::OWN_SEARCH_PATH`); `false` when the extension is not
 /// installed in this database (any more).
 fn use_own_search_path() -> bool {
-    if crate::extension::installed_schema().is_none() {
+    if crate::plan_cache::extension_schema().is_none() {
         return false;
     }
     // Reads (pgrx's `Spi::get_one` would take a transaction id, in every pass of an idle worker).
