@@ -125,8 +125,8 @@ fn initdb(data: &std::path::Path) {
 
 /// A data directory made by `initdb` once for this PostgreSQL (`INDEXNOW_PG_BIN`) and copied for
 /// each cluster: `initdb` took about 2 s a cluster, a copy takes a tenth of that, and the suite
-/// starts a few hundred clusters per version. Kept under `target/` between runs, keyed by the
-/// server's version and the arguments; made in a folder of its own and renamed into place, so that
+/// starts a few hundred clusters per version. Kept in the temporary folder between runs, keyed by
+/// the server's version and the arguments; made in a folder of its own and renamed into place, so that
 /// test processes running at once never see half of one. Every copy has the template's system
 /// identifier: a test about two distinct servers makes the second with [`Cluster::start_own_system`].
 fn template_data() -> PathBuf {
@@ -147,7 +147,9 @@ fn template_data() -> PathBuf {
                 }
             })
             .collect();
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-templates");
+        // (in the temporary folder, as the clusters are: the postgres user runs initdb there,
+        // and may not enter the checkout, a folder of root's that may be closed to others)
+        let root = std::env::temp_dir().join("indexnow-e2e-templates");
         let made = root.join(&name);
         if made.join("data/PG_VERSION").exists() {
             return made.join("data");
@@ -485,8 +487,9 @@ impl Drop for Cluster {
 
 /// The library (`indexnow.so`) of an earlier release for the PostgreSQL the tests run against,
 /// built from its source archive (`releases/indexnow-<version>.tar.gz`, kept in the repository so
-/// that the test needs no git history or tags) into `target/v<version>-pg<major>/` the first time
-/// it is asked for. (0.1.0 builds for PostgreSQL 15 only.)
+/// that the test needs no git history or tags) in `target/v<version>-pg<major>/` the first time
+/// it is asked for, the library kept in the temporary folder (`indexnow-e2e-releases/`), where the
+/// server's user can read it. (0.1.0 builds for PostgreSQL 15 only.)
 /// [`Cluster::use_library`] makes a cluster load it instead of the installed one; the release's
 /// install script is in the server's extension folder already (`sql/indexnow--<version>.sql`,
 /// installed by scripts/install.sh).
@@ -495,7 +498,8 @@ pub fn release_library(version: &str) -> PathBuf {
     let root = root.canonicalize().unwrap();
     let major = pg_major();
     let base = root.join(format!("target/v{version}-pg{major}"));
-    let lib_dir = base.join("lib");
+    // (the library where the postgres user can read it: the checkout may be closed to others)
+    let lib_dir = std::env::temp_dir().join(format!("indexnow-e2e-releases/v{version}-pg{major}"));
     let library = lib_dir.join("indexnow.so");
     if library.exists() {
         return library;
