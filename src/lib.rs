@@ -70,8 +70,11 @@
 //! - `../crates/receiver`  a local IndexNow endpoint for the tests and the demo
 //! - `../tests/e2e`        end-to-end tests on real clusters, the soak, the upgrade test
 //! - `../tests/pages.sql`  the demo's `pages` site, as the capture tests use it
-//! - `../tests/golden`     the statements its watches generate (the golden test in
-//!   `derive/statements.rs`; `capture_tests.rs` checks that a real watch stores the same)
+//! - `golden.rs`           golden files: generated SQL compared exactly with `../tests/golden`
+//! - `../tests/golden`     the statements generated for the demo's watches (the golden test in
+//!   `derive/statements.rs`; `capture_tests.rs` checks that a real watch stores the same), the
+//!   edited-in-place save, the related-table lookups (`capture/related.rs`), and the sending
+//!   pass's claims and settles (`send/sql.rs`)
 //! - `../releases`         each release's source, which the upgrade test builds
 
 use pgrx::prelude::*;
@@ -81,6 +84,8 @@ mod compat;
 mod derive;
 mod error;
 mod extension;
+#[cfg(test)]
+mod golden;
 mod guc;
 mod hosts;
 mod plan_cache;

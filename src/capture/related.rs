@@ -33,8 +33,9 @@ struct ForeignKey {
     child_cols: Vec<String>,
     parent: pg_sys::Oid,
     parent_cols: Vec<String>,
-    /// The types of the child's and the parent's columns.
-    types: Vec<pg_sys::Oid>,
+    /// Whether the child's and the parent's columns are all of built-in types (the queries that
+    /// join along the key run as the extension's owner).
+    built_in_types: bool,
 }
 
 /// A related table and the query from its written rows to the watched rows' keys.
@@ -51,9 +52,9 @@ pub fn plan(
     key: &[String],
     related: &[String],
 ) -> Result<Vec<Relation>, String> {
-    let mut tables: Vec<(pg_sys::Oid, String, String)> = vec![]; // oid, quoted name, label
+    let mut tables: Vec<Table> = vec![];
     for name in related {
-        let found: Option<(pg_sys::Oid, String, String)> = Spi::connect(|client| {
+        let found: Option<Table> = Spi::connect(|client| {
             let t = client.select(
                 "SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname), pg_catalog.format('%s.%s', n.nspname, c.relname) \
                    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -65,31 +66,55 @@ pub fn plan(
                 return Ok::<_, pgrx::spi::Error>(None);
             }
             let r = t.first();
-            Ok(Some((
-                r.get::<pg_sys::Oid>(1)?.unwrap(),
-                r.get::<String>(2)?.unwrap(),
-                r.get::<String>(3)?.unwrap(),
-            )))
+            Ok(Some(Table {
+                oid: r.get::<pg_sys::Oid>(1)?.unwrap(),
+                name: r.get::<String>(2)?.unwrap(),
+                label: r.get::<String>(3)?.unwrap(),
+            }))
         })
         .map_err(|e| e.to_string())?;
         let found = found.ok_or_else(|| format!("related table \"{name}\" does not exist"))?;
         tables.push(found);
     }
-    let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.0).collect();
+    let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.oid).collect();
     all.push(watched);
     let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
-    let names: HashMap<pg_sys::Oid, String> = tables.iter().map(|t| (t.0, t.1.clone())).collect();
-    let watched_name = super::triggers::table_qualified(watched);
+    let watched = Table {
+        oid: watched,
+        name: super::triggers::table_qualified(watched),
+        label: String::new(),
+    };
+    relations(&watched, key, &tables, &keys)
+}
+
+/// A table as the relation queries name it (`name`, quoted) and messages do (`label`).
+struct Table {
+    oid: pg_sys::Oid,
+    name: String,
+    label: String,
+}
+
+/// The relations of a watch of `watched` (key `key`) that reads `tables`, given the foreign keys
+/// among them, or an error message. Reads nothing: the golden test pins what it generates.
+fn relations(
+    watched: &Table,
+    key: &[String],
+    tables: &[Table],
+    keys: &[ForeignKey],
+) -> Result<Vec<Relation>, String> {
+    let names: HashMap<pg_sys::Oid, String> =
+        tables.iter().map(|t| (t.oid, t.name.clone())).collect();
+    let watched_name = &watched.name;
     let relations = tables
         .iter()
-        .map(|(oid, _, label)| {
-            if *oid == watched {
+        .map(|Table { oid, label, .. }| {
+            if *oid == watched.oid {
                 return Ok(Related {
-                    relation: below(&keys, watched, &watched_name, key, label)?,
+                    relation: below(keys, watched.oid, watched_name, key, label)?,
                     rows: String::new(),
                 });
             }
-            let paths = paths(&keys, watched, *oid, PATHS_AT_MOST + 1).unwrap_or_else(|| {
+            let paths = paths(keys, watched.oid, *oid, PATHS_AT_MOST + 1).unwrap_or_else(|| {
                 // (too many partial chains to search: as good as too many chains)
                 vec![vec![]; PATHS_AT_MOST + 1]
             });
@@ -108,11 +133,7 @@ pub fn plan(
                 ));
             }
             // The dependents query joins along these keys as the extension's owner.
-            if paths
-                .iter()
-                .flatten()
-                .any(|fk| !fk.types.iter().all(|t| crate::derive::owner::built_in(*t)))
-            {
+            if paths.iter().flatten().any(|fk| !fk.built_in_types) {
                 return Err(format!(
                     "the foreign keys from {watched_name} to related table {label} use a type \
                      defined in the database: their columns must be of built-in types"
@@ -122,11 +143,11 @@ pub fn plan(
             // editor): a row reached by one its expressions do not read is derived for nothing.
             // A related table that is a tree itself (nested categories): the rows below a
             // written row are written rows too (a category path reads its ancestors).
-            let written = below_written(&keys, *oid, &names[oid], &paths);
+            let written = below_written(keys, *oid, &names[oid], &paths);
             let found = |select: &str| {
                 paths
                     .iter()
-                    .map(|path| dependents(&watched_name, select, path, &names))
+                    .map(|path| dependents(watched_name, select, path, &names))
                     .collect::<Vec<_>>()
                     .join(" UNION ALL ")
                     .replace(CHANGED, &written)
@@ -145,12 +166,12 @@ pub fn plan(
     // (a section set on a top page and inherited by its subtree).
     let tree = relations
         .iter()
-        .find(|r| r.relation.table == watched)
+        .find(|r| r.relation.table == watched.oid)
         .map(|r| r.relation.dependents.clone());
     Ok(relations
         .into_iter()
         .map(|r| match &tree {
-            Some(below) if r.relation.table != watched => Relation {
+            Some(below) if r.relation.table != watched.oid => Relation {
                 dependents: format!(
                     "SELECT a.k FROM ({}) a UNION ALL {}",
                     r.relation.dependents,
@@ -228,7 +249,7 @@ fn below_written(
     let own: Vec<&ForeignKey> = keys
         .iter()
         .filter(|k| k.child == table && k.parent == table)
-        .filter(|k| k.types.iter().all(|t| crate::derive::owner::built_in(*t)))
+        .filter(|k| k.built_in_types)
         .collect();
     if own.is_empty() {
         return CHANGED.to_string();
@@ -297,10 +318,7 @@ fn below(
              itself (a parent column): only a tree of rows can be its own related table"
         ));
     }
-    if !own
-        .iter()
-        .all(|fk| fk.types.iter().all(|t| crate::derive::owner::built_in(*t)))
-    {
+    if !own.iter().all(|fk| fk.built_in_types) {
         return Err(format!(
             "a foreign key of {label} to itself uses a type defined in the database: its \
              columns must be of built-in types"
@@ -418,7 +436,11 @@ fn foreign_keys(tables: &[pg_sys::Oid]) -> Result<Vec<ForeignKey>, pgrx::spi::Er
                     parent: r.get(2)?.unwrap(),
                     child_cols: r.get(3)?.unwrap_or_default(),
                     parent_cols: r.get(4)?.unwrap_or_default(),
-                    types: r.get(5)?.unwrap_or_default(),
+                    built_in_types: r
+                        .get::<Vec<pg_sys::Oid>>(5)?
+                        .unwrap_or_default()
+                        .into_iter()
+                        .all(crate::derive::owner::built_in),
                 })
             })
             .collect()
@@ -510,7 +532,7 @@ mod tests {
             child_cols: vec![format!("to_{parent}")],
             parent: Oid::from(parent),
             parent_cols: vec!["id".into()],
-            types: vec![],
+            built_in_types: true,
         }
     }
 
@@ -547,5 +569,85 @@ mod tests {
             .flat_map(|a| (1..=10).filter(move |b| *b != a).map(move |b| fk(a, b)))
             .collect();
         assert!(paths(&keys, Oid::from(1), Oid::from(50), 1).is_none());
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::{relations, ForeignKey, Table};
+    use pgrx::pg_sys::Oid;
+
+    fn table(oid: u32, name: &str) -> Table {
+        Table {
+            oid: Oid::from(oid),
+            name: format!("public.{name}"),
+            label: format!("public.{name}"),
+        }
+    }
+
+    fn fk(child: u32, child_col: &str, parent: u32) -> ForeignKey {
+        ForeignKey {
+            child: Oid::from(child),
+            child_cols: vec![child_col.into()],
+            parent: Oid::from(parent),
+            parent_cols: vec!["id".into()],
+            built_in_types: true,
+        }
+    }
+
+    /// The related-table lookups of the shapes capture follows, pinned by a golden file
+    /// (`crate::golden`): a translation whose URL reads its article and the article's category
+    /// (a tree of categories, a second path through the article's second category), and a tree
+    /// of pages that is its own related table and reads its section.
+    #[test]
+    fn the_related_table_lookups_are_the_golden_ones() {
+        const TRANSLATIONS: u32 = 1;
+        const ARTICLES: u32 = 2;
+        const CATEGORIES: u32 = 3;
+        const PAGES: u32 = 4;
+        const SECTIONS: u32 = 5;
+        let keys = vec![
+            fk(TRANSLATIONS, "article_id", ARTICLES),
+            fk(ARTICLES, "category_id", CATEGORIES),
+            fk(ARTICLES, "second_category_id", CATEGORIES),
+            fk(CATEGORIES, "parent_id", CATEGORIES),
+            fk(PAGES, "parent_id", PAGES),
+            fk(PAGES, "section_id", SECTIONS),
+        ];
+        let key = ["article_id".to_string(), "lang".to_string()];
+        let translations = relations(
+            &table(TRANSLATIONS, "article_translations"),
+            &key,
+            &[table(ARTICLES, "articles"), table(CATEGORIES, "categories")],
+            &keys,
+        )
+        .unwrap();
+        let pages = relations(
+            &table(PAGES, "pages"),
+            &["id".to_string()],
+            &[table(PAGES, "pages"), table(SECTIONS, "sections")],
+            &keys,
+        )
+        .unwrap();
+        let named: Vec<(String, &str)> = translations
+            .iter()
+            .map(|r| {
+                (
+                    format!("article_translations from {}", r.label),
+                    &r.dependents,
+                )
+            })
+            .chain(
+                pages
+                    .iter()
+                    .map(|r| (format!("pages from {}", r.label), &r.dependents)),
+            )
+            .map(|(n, d)| (n, d.as_str()))
+            .collect();
+        let named: Vec<(&str, &str)> = named.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+        crate::golden::check(
+            "related.sql",
+            &crate::golden::file("src/capture/related.rs", "related tables", &named),
+        );
     }
 }

@@ -366,3 +366,45 @@ pub const STILL_AS_CLAIMED: &str = "SELECT u.url_hash \
        JOIN @extschema@.indexnow_urls u ON u.url_hash = c.url_hash \
       WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq \
         AND u.available_at <= clock_timestamp()";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statements a sending pass runs on the queue, from the claim to settling the answer,
+    /// pinned by a golden file (`crate::golden`). (The statements that read `indexnow_hosts`
+    /// carry this server's system identifier, which only a running server has: the pg_tests
+    /// cover them.)
+    #[test]
+    fn the_claim_and_settle_statements_are_the_golden_ones() {
+        let mut statements: Vec<(String, String)> = vec![
+            ("claim_with_lease".into(), claim_with_lease()),
+            (
+                "claim_by_reading (own requests)".into(),
+                claim_by_reading(true),
+            ),
+            ("claim_by_reading".into(), claim_by_reading(false)),
+            ("lease_again".into(), lease_again()),
+            ("still_as_claimed".into(), STILL_AS_CLAIMED.into()),
+        ];
+        for (settled, s) in [
+            ("accepted", Settle::Accepted),
+            ("refused", Settle::Refused),
+            ("dry_run", Settle::DryRun),
+            ("release", Settle::Release),
+        ] {
+            for (by, l) in [("tid", Locate::ByTid), ("key", Locate::ByKey)] {
+                statements.push((format!("settle {settled} by {by}"), settle(s, l)));
+            }
+        }
+        statements.extend([("prune_settled_removals".into(), prune_settled_removals())]);
+        let named: Vec<(&str, &str)> = statements
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.as_str()))
+            .collect();
+        crate::golden::check(
+            "sending.sql",
+            &crate::golden::file("src/send/sql.rs", "every sending pass", &named),
+        );
+    }
+}
