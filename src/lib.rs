@@ -42,7 +42,8 @@
 //! - `capture/cache.rs`    what the trigger knows of a written table, kept per backend until an
 //!   invalidation
 //! - `capture/transition.rs`  transition tables read without SQL: the gate's comparison, the keys
-//! - `capture/triggers.rs` the capture triggers: installed, dropped when no watch needs them
+//! - `capture/triggers.rs` the capture triggers: made, dropped, found
+//! - `capture/placement.rs` where the capture triggers go: the one rule, put on and taken off
 //! - `capture/related.rs`  related tables: from a written parent row to the watched rows that read it
 //! - `capture/partitions.rs`  partitions and inheritance children of a watched table
 //! - `capture/before_ddl.rs`  DDL seen before it runs: a column renamed (templates follow), a

@@ -3,9 +3,8 @@
 //! them, and an `ALTER TABLE` in a watched tree, or of a table a watch reads, makes the watches
 //! again for the new definition and derives the watched table whole when rows may have changed.
 
-use super::partitions::{
-    drop_unused_triggers, in_role, put_back_taken_off, tree_of, whole_tree, Role,
-};
+use super::partitions::{in_role, put_back_taken_off, whole_tree, Role};
+use super::placement::{self, Existing};
 use super::{before_ddl, triggers, watch};
 use pgrx::prelude::*;
 
@@ -24,32 +23,22 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
     put_back_taken_off(&ext);
     let tree = whole_tree(table);
-    let watched = in_role(&ext, &tree, Role::Watched);
-    for w in &watched {
-        // (a restore makes the triggers itself, after the tables: `triggers::on`)
-        if triggers::on(*w) {
-            // (only where they are missing: making them again would lock the tables above
-            // this one after it, against a write through them that locks them first)
-            for t in tree_of(*w).into_iter().filter(|t| !triggers::on(*t)) {
-                triggers::install(&ext, &triggers::table_qualified(t));
-            }
-        }
+    // Every tree around a watched or related table the table is in gets the triggers where it
+    // lacks them: a write straight to a partition, or through a parent, fires only the triggers
+    // of the table it names. Not a tree whose watched or related table has none yet: a restore
+    // makes them itself, after the tables (`triggers::on`).
+    let roots: Vec<pg_sys::Oid> = in_role(&ext, &tree, Role::Either)
+        .into_iter()
+        .filter(|t| triggers::on(*t))
+        .collect();
+    placement::put_on(&ext, &roots, Existing::Keep);
+    for w in &in_role(&ext, &tree, Role::Watched) {
         if tag == "ALTER TABLE" {
             let same = watch::follow_alter_table(&ext, *w, before_ddl::only_adds());
             if needs_deriving_after_alter(*w, same) {
                 crate::derive::change_sets::record_whole_table(&ext, *w, None);
                 crate::wake::worker_at_commit();
             }
-        }
-    }
-    // The tables above and below related tables too: a write straight to a partition, or
-    // through a parent, fires only the triggers of the table it names.
-    for r in in_role(&ext, &tree, Role::Related)
-        .into_iter()
-        .filter(|r| triggers::on(*r))
-    {
-        for t in tree_of(r).into_iter().filter(|t| !triggers::on(*t)) {
-            triggers::install(&ext, &triggers::table_qualified(t));
         }
     }
     if tag == "ALTER TABLE" {
@@ -64,7 +53,7 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
     // sweep then found the dump's triggers, already made on a watched table, used by no watch,
     // and dropped them unsaid (nothing makes a lone watched table's triggers again).
     if !(tag == "ALTER TABLE" && before_ddl::changes_no_rows()) {
-        drop_unused_triggers(&ext);
+        placement::take_off_all_unneeded(&ext);
     }
 }
 

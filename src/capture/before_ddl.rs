@@ -43,7 +43,7 @@
 //!   `indexnow_sources`: a derivation then found no sources, announced every page again, and
 //!   took the time of the restore as when each row began to give its URL (removals were lost).
 //!   Nor does its end take capture triggers off tables no watch seems to use
-//!   (`super::partitions::drop_unused_triggers`): such an ALTER takes no table out of a tree, and
+//!   (`super::placement::take_off_all_unneeded`): such an ALTER takes no table out of a tree, and
 //!   another job may not have loaded `indexnow_watches` yet (a watched table lost the triggers
 //!   the restore had just made on it).
 //!
@@ -536,7 +536,7 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
 /// every UPDATE and DELETE through a table whose triggers collect transition tables when a
 /// foreign table is below it ("cannot collect transition tuples from child foreign tables"), so
 /// the tree's writes would fail, or go unseen with the triggers taken off. A table above a watched
-/// partition only loses its triggers (`super::partitions::drop_unused_triggers`).
+/// partition only loses its triggers (`super::placement::take_off_all_unneeded`).
 fn refuse_foreign_joining(ext: &str, foreign: &[(String, pg_sys::Oid)]) {
     for (foreign, parent) in foreign {
         let parent = *parent;

@@ -9,7 +9,7 @@
 //! rows they read: they stay (the watched table's pages are still there), with a WARNING saying
 //! how to mend them, and their relation to the dropped table goes.
 
-use super::partitions::drop_triggers_if_unused;
+use super::placement;
 use crate::derive::vacate_inactive;
 use crate::queue::Reason;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -69,11 +69,9 @@ fn indexnow_table_dropped(table: pg_sys::Oid, identity: &str) {
         table,
     );
     let removed = vacate_inactive(&ext, table, Reason::Deleted);
-    for r in related.into_iter().flat_map(super::partitions::tree_of) {
-        drop_triggers_if_unused(&ext, r);
-    }
+    placement::take_off_unneeded(&ext, &placement::trees(&related));
     // (and the tables it was below: the catalog no longer says which)
-    super::partitions::drop_unused_triggers(&ext);
+    placement::take_off_all_unneeded(&ext);
     notice!(
         "indexnow: {identity} was dropped: {removed} of its URLs search engines were told of are \
          queued as deleted, and its watches are gone"

@@ -10,6 +10,7 @@ pub mod before_ddl;
 pub mod cache;
 pub mod dropped;
 pub mod partitions;
+pub mod placement;
 pub mod related;
 pub mod transition;
 pub mod trigger_function;

@@ -82,7 +82,8 @@ pub fn before_leaving(ext: &str, parent: pg_sys::Oid) {
     }
 }
 
-fn exists(table: pg_sys::Oid) -> bool {
+/// Whether `table` exists (still, or yet).
+pub(super) fn exists(table: pg_sys::Oid) -> bool {
     crate::plan_cache::get_one::<bool>(
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE oid = $1)",
         &[table.into()],
@@ -111,11 +112,11 @@ pub(super) fn put_back_taken_off(ext: &str) {
     }
 }
 
-/// What an active watch does with a table: watches it, reads it as a related table, or either.
+/// What an active watch does with a table: watches it, or either watches it or reads it as a
+/// related table.
 #[derive(Clone, Copy)]
 pub(super) enum Role {
     Watched,
-    Related,
     Either,
 }
 
@@ -123,7 +124,6 @@ pub(super) enum Role {
 pub(super) fn in_role(ext: &str, tables: &[pg_sys::Oid], role: Role) -> Vec<pg_sys::Oid> {
     let (watched, related) = match role {
         Role::Watched => (true, false),
-        Role::Related => (false, true),
         Role::Either => (true, true),
     };
     let sql = format!(
@@ -250,44 +250,4 @@ pub(super) fn whole_tree(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     all.extend(ancestors(table));
     all.extend(descendants(table));
     all
-}
-
-/// Drops the capture triggers of `table` when no active watch watches it or reads it, or a table
-/// above or below it (and, but for its own watches and relations, when a foreign table is below
-/// it).
-pub fn drop_triggers_if_unused(ext: &str, table: pg_sys::Oid) {
-    // (a table dropped with its triggers, or in the same statement)
-    if !exists(table) {
-        return;
-    }
-    let used = !in_role(ext, &[table], Role::Either).is_empty();
-    // A table above a watched one that has a foreign table below it now (attached since) loses
-    // them: with them, PostgreSQL would refuse every UPDATE and DELETE through it.
-    let foreign = !used && foreign_below(table).is_some();
-    if used || (!foreign && !in_role(ext, &whole_tree(table)[1..], Role::Either).is_empty()) {
-        return;
-    }
-    triggers::drop(&triggers::table_qualified(table));
-}
-
-/// Takes the capture triggers off every table that no longer needs them (a table left a watched
-/// tree, a watched table below it was dropped). It trusts `indexnow_watches` and
-/// `indexnow_relations` as they are now: only after DDL that can change a tree (never in the
-/// data and post-data steps of a restore, which may not have loaded them yet: `table_changed`).
-pub fn drop_unused_triggers(ext: &str) {
-    let with_triggers: Vec<pg_sys::Oid> = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t \
-                  WHERE t.tgname = 'indexnow_capture_insert'",
-                None,
-                &[],
-            )?
-            .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-    })
-    .unwrap_or_else(|e| error!("indexnow: listing watched tables: {e}"));
-    for t in with_triggers {
-        drop_triggers_if_unused(ext, t);
-    }
 }

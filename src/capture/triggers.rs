@@ -1,7 +1,5 @@
-//! The capture triggers every watched table, every related table, every partition or inheritance
-//! child below them, and every table above a watched one carries: four statement-level triggers, all calling `_indexnow_capture()` (`super::trigger_function`).
-//! Installed by `indexnow_watch()` and by the partition event trigger, dropped when no active
-//! watch needs them.
+//! The capture triggers: four statement-level triggers, all calling `_indexnow_capture()`
+//! (`super::trigger_function`). Which tables carry them is decided in `super::placement`.
 
 use pgrx::prelude::*;
 
@@ -51,6 +49,24 @@ pub fn on(table: pg_sys::Oid) -> bool {
     )
     .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"))
         == Some(true)
+}
+
+/// The tables that carry the capture triggers.
+pub fn carried() -> Vec<pg_sys::Oid> {
+    spi(
+        "listing the tables with capture triggers",
+        Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t \
+                      WHERE t.tgname = 'indexnow_capture_insert'",
+                    None,
+                    &[],
+                )?
+                .map(|r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap()))
+                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        }),
+    )
 }
 
 /// Drops the capture trigger `name` of `table` (quoted, qualified).

@@ -25,6 +25,7 @@
 //!   TRUNCATE or reconcile of the table removes those URLs no other watch gives (if search engines
 //!   were told of them), and watching the same pattern again takes them back.
 
+use super::placement::{self, Existing};
 use super::{related, triggers};
 use crate::derive::change_sets::{Waiting, MERGED_AT_MOST};
 use crate::derive::owner;
@@ -751,15 +752,19 @@ fn install_triggers(
     watch_id: i32,
     related: Option<Vec<String>>,
 ) {
-    let mut tables = super::partitions::tree_of(oid);
     // (the tables above may have other owners: the caller puts triggers on them too)
-    for &t in tables.iter().take_while(|t| **t != oid) {
+    let above = |t: pg_sys::Oid| {
+        super::partitions::tree_of(t)
+            .into_iter()
+            .take_while(move |a| *a != t)
+    };
+    for t in above(oid) {
         let label = triggers::table_qualified(t);
         check_trigger_privilege(caller, t, &label, "indexnow_watch: the table above");
     }
+    let mut roots = vec![oid];
     for r in store_relations(ext, caller, oid, table, watch_id, related) {
-        let tree = super::partitions::tree_of(r);
-        for &t in tree.iter().take_while(|t| **t != r) {
+        for t in above(r) {
             let label = triggers::table_qualified(t);
             check_trigger_privilege(
                 caller,
@@ -768,18 +773,9 @@ fn install_triggers(
                 "indexnow_watch: the table above a related table",
             );
         }
-        tables.extend(tree);
+        roots.push(r);
     }
-    // (in the order PostgreSQL locks a tree, top first)
-    let mut unique = vec![];
-    for t in tables {
-        if !unique.contains(&t) {
-            unique.push(t);
-        }
-    }
-    for t in unique {
-        triggers::install(ext, &triggers::table_qualified(t));
-    }
+    placement::put_on(ext, &roots, Existing::Remake);
 }
 
 /// Stores the watch's related tables, each with the query from its rows to the watch's (checking
@@ -831,13 +827,11 @@ fn store_relations(
         );
     }
     // A table the watch no longer reads loses the triggers, unless another watch needs them.
-    for t in before
+    let unread: Vec<pg_sys::Oid> = before
         .into_iter()
         .filter(|t| !relations.iter().any(|r| r.table == *t))
-        .flat_map(super::partitions::tree_of)
-    {
-        super::partitions::drop_triggers_if_unused(ext, t);
-    }
+        .collect();
+    placement::take_off_unneeded(ext, &placement::trees(&unread));
     relations.iter().map(|r| r.table).collect()
 }
 
@@ -904,13 +898,9 @@ fn unwatch(ext: &str, oid: pg_sys::Oid, table: &Table, url: Option<&str>) {
             None => format!("indexnow_unwatch: {} is not watched", table.label),
         });
     }
-    let mut tables = super::partitions::tree_of(oid);
-    for r in related::tables_of_ended_watches(ext, oid) {
-        tables.extend(super::partitions::tree_of(r));
-    }
-    for t in tables {
-        super::partitions::drop_triggers_if_unused(ext, t);
-    }
+    let mut roots = vec![oid];
+    roots.extend(related::tables_of_ended_watches(ext, oid));
+    placement::take_off_unneeded(ext, &placement::trees(&roots));
 }
 
 /// The safety net: derive every row of `tbl` again and queue what differs from what each watch
