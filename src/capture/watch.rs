@@ -347,9 +347,16 @@ fn indexnow_watch(
         // What the table's writes recorded so far is derived under the watches they were made for.
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given);
-        let sql = definition(&ext, watch_id, &checked, visible).statements();
-        store_statements(&ext, watch_id, &sql);
-        install_triggers(&ext, caller, oid, &checked.table, watch_id, related);
+        let sql = define(
+            &ext,
+            caller,
+            oid,
+            watch_id,
+            &checked,
+            visible,
+            related,
+            Making::New,
+        );
         let watch = derive::Watch {
             id: watch_id,
             pattern: checked.pattern,
@@ -369,6 +376,45 @@ fn indexnow_watch(
             record_baseline(&ext, watch, sql.baseline, sql.baseline_keys, label);
         }
     });
+}
+
+/// How a watch is defined: made by `indexnow_watch()`, or made again after DDL.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Making {
+    /// Made by its caller, who must have the right to put triggers on every table they go on;
+    /// the triggers are made afresh.
+    New,
+    /// Made again after DDL: the triggers are there since it was made, and a table that joined
+    /// its tree above it since gets them as the end of that DDL puts them on.
+    Again,
+}
+
+/// Defines watch `watch_id` from its checked arguments, the one path whether the watch is made
+/// (`indexnow_watch()`) or made again after DDL ([`make_again`]): its statements, its related
+/// tables (the right to put triggers on them checked for `caller`), and the capture triggers
+/// where the placement rule puts them. Returns the statements.
+#[allow(clippy::too_many_arguments)]
+fn define(
+    ext: &str,
+    caller: pg_sys::Oid,
+    oid: pg_sys::Oid,
+    watch_id: i32,
+    checked: &Checked,
+    visible: Option<&str>,
+    related: Option<Vec<String>>,
+    making: Making,
+) -> crate::derive::statements::Statements {
+    let sql = definition(ext, watch_id, checked, visible).statements();
+    store_statements(ext, watch_id, &sql);
+    spi(
+        "storing the watch",
+        Spi::run_with_args(
+            &format!("UPDATE {ext}.indexnow_watches SET expression_columns = $2 WHERE id = $1"),
+            &[watch_id.into(), checked.read_by_expressions.clone().into()],
+        ),
+    );
+    install_triggers(ext, caller, oid, &checked.table, watch_id, related, making);
+    sql
 }
 
 /// What watch `watch_id`'s statements are generated from: its checked arguments.
@@ -742,8 +788,8 @@ fn store_statements(ext: &str, watch_id: i32, sql: &crate::derive::statements::S
     );
 }
 
-/// Stores the watch's related tables (checking the caller may put triggers on them) and puts the
-/// capture triggers on the table, its partitions and children, and the related tables.
+/// Stores the watch's related tables (checking the caller may put triggers on them and, for a new
+/// watch, on the tables above) and puts the capture triggers where the placement rule says.
 fn install_triggers(
     ext: &str,
     caller: pg_sys::Oid,
@@ -751,12 +797,17 @@ fn install_triggers(
     table: &Table,
     watch_id: i32,
     related: Option<Vec<String>>,
+    making: Making,
 ) {
     // (the tables above may have other owners: the caller puts triggers on them too)
-    let above = |t: pg_sys::Oid| {
-        super::partitions::tree_of(t)
-            .into_iter()
-            .take_while(move |a| *a != t)
+    let above = |t: pg_sys::Oid| -> Vec<pg_sys::Oid> {
+        match making {
+            Making::New => super::partitions::tree_of(t)
+                .into_iter()
+                .take_while(|a| *a != t)
+                .collect(),
+            Making::Again => vec![],
+        }
     };
     for t in above(oid) {
         let label = triggers::table_qualified(t);
@@ -775,7 +826,11 @@ fn install_triggers(
         }
         roots.push(r);
     }
-    placement::put_on(ext, &roots, Existing::Remake);
+    let existing = match making {
+        Making::New => Existing::Remake,
+        Making::Again => Existing::Keep,
+    };
+    placement::put_on(ext, &roots, existing);
 }
 
 /// Stores the watch's related tables, each with the query from its rows to the watch's (checking
@@ -1219,15 +1274,6 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
     if checked.read_by_expressions.is_none() {
         checked.read_by_expressions = stored.9;
     }
-    let sql = definition(ext, id, &checked, given.visible).statements();
-    store_statements(ext, id, &sql);
-    spi(
-        "storing the watch",
-        Spi::run_with_args(
-            &format!("UPDATE {ext}.indexnow_watches SET expression_columns = $2 WHERE id = $1"),
-            &[id.into(), checked.read_by_expressions.into()],
-        ),
-    );
     // The related tables' queries name the table and its key: planned again.
     let related: Vec<String> = Spi::connect(|client| {
         client
@@ -1246,6 +1292,15 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the related tables of watch {id}: {e}"));
-    // (Their triggers are there since the watch was made.)
-    store_relations(ext, maker, table, &checked.table, id, Some(related));
+    // (The triggers are there since the watch was made: kept as they are.)
+    define(
+        ext,
+        maker,
+        table,
+        id,
+        &checked,
+        given.visible,
+        Some(related),
+        Making::Again,
+    );
 }
