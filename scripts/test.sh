@@ -7,6 +7,7 @@
 #   3. the upgrade from the previous release on each version, and on PostgreSQL 15 also the
 #      upgrade from 0.1.0 (released for 15 only) and the short soak (faults for a minute; its
 #      hour-long form is scripts/soak.sh).
+# The protocol tests and each version run side by side (see below), each printed whole at its end.
 # INDEXNOW_TEST_VERSIONS="15" runs one version only (default: all of scripts/versions.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,34 +16,44 @@ source scripts/versions.sh
 bash scripts/setup.sh
 read -r -a versions <<<"${INDEXNOW_TEST_VERSIONS:-${INDEXNOW_PG_VERSIONS[*]}}"
 
-# Each step's time, printed at the end (what to speed up first).
-timings=()
-step_started=$SECONDS
-step_name=""
-step() {
-  [ -n "$step_name" ] && timings+=("$(printf '%5d s  %s' $((SECONDS - step_started)) "$step_name")")
-  step_name=$1
-  step_started=$SECONDS
-  [ -n "$step_name" ] && echo "== $step_name"
-  return 0
-}
-print_timings() {
-  step ""
-  echo "== time per step"
-  printf '%s\n' "${timings[@]}"
-  echo "$(printf '%5d s' "$SECONDS")  in all (setup included)"
-}
-
-step "protocol rules and the local receiver"
-cargo test -p indexnow-protocol -p indexnow-receiver
-
+# The versions run side by side, each in its own job with its own log: while one runs its tests
+# (mostly waiting on servers and timers) another builds (cargo's lock on the target folder takes
+# the builds one at a time). Each log is printed whole when its job ends, with its step times.
+logs=$(mktemp -d /tmp/indexnow-test-logs.XXXXXX)
 # Postgres refuses root: the test clusters run as the postgres user in folders it owns.
 pgrx_dir=$(mktemp -d /tmp/indexnow-pgrx-test.XXXXXX)
 chown postgres:postgres "$pgrx_dir"
-# (the times are printed however the run ends: a failed step's too)
-trap 'print_timings; rm -rf "$pgrx_dir"' EXIT
+trap 'rm -rf "$pgrx_dir" "$logs"' EXIT
 
-for v in "${versions[@]}"; do
+# Runs the steps of one job (a function and its arguments), timing each; prints the times
+# however the job ends (a failed step's too).
+# (each job is a subshell of its own: these are its globals)
+timed_job() {
+  timings=() step_started=$SECONDS step_name="" started=$SECONDS
+  step() {
+    [ -n "$step_name" ] && timings+=("$(printf '%5d s  %s' $((SECONDS - step_started)) "$step_name")")
+    step_name=$1
+    step_started=$SECONDS
+    [ -n "$step_name" ] && echo "== $step_name"
+    return 0
+  }
+  print_timings() {
+    step ""
+    echo "== time per step"
+    printf '%s\n' "${timings[@]}"
+    echo "$(printf '%5d s' $((SECONDS - started)))  in all"
+  }
+  trap print_timings EXIT
+  "$@"
+}
+
+protocol() {
+  step "protocol rules and the local receiver"
+  cargo test -p indexnow-protocol -p indexnow-receiver
+}
+
+version() {
+  local v=$1 pg_config tests
   pg_config=$(pg_config_of "$v")
   step "PostgreSQL $v: extension, Rust and SQL-level tests"
   cargo pgrx test "pg$v" --runas postgres --pgdata "$pgrx_dir/data-$v"
@@ -68,4 +79,34 @@ for v in "${versions[@]}"; do
   for f in indexnow.so indexnow.control $(cd sql && ls indexnow--*--*.sql); do
     grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
   done
+}
+
+jobs=(protocol)
+for v in "${versions[@]}"; do jobs+=("pg$v"); done
+for job in "${jobs[@]}"; do
+  case $job in
+    protocol) (set -euo pipefail; timed_job protocol) >"$logs/$job.log" 2>&1 & ;;
+    pg*) (set -euo pipefail; timed_job version "${job#pg}") >"$logs/$job.log" 2>&1 & ;;
+  esac
+  echo "$!" >"$logs/$job.pid"
+  echo "== started: $job (log printed when it ends)"
+  # (a moment apart: the first build gets the lock and the shared crates first)
+  sleep 5
 done
+
+failed=()
+for job in "${jobs[@]}"; do
+  if wait "$(cat "$logs/$job.pid")"; then status=passed; else status=FAILED; failed+=("$job"); fi
+  echo
+  echo "======== $job: $status"
+  cat "$logs/$job.log"
+done
+echo
+for job in "${jobs[@]}"; do
+  printf '%-10s %s\n' "$job" "$(tail -n 1 "$logs/$job.log")"
+done
+echo "$(printf '%5d s' "$SECONDS")  in all (setup included)"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]}" >&2
+  exit 1
+fi
