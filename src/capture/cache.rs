@@ -165,7 +165,7 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     let ext = crate::extension::schema_of_function(function);
     // SAFETY: a trigger's relation is open for the duration of the call.
     let written = unsafe { (*relation).rd_id };
-    remember_watch_tables(&ext);
+    remember_watch_tables(function);
     let above = partitions::ancestors(written);
     // Each relation reading the written rows, and whether a write records the watch's whole
     // table instead of running it.
@@ -186,7 +186,13 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
     // partition or child below are that table's written rows too. Its dependents query reads the
     // written rows' referenced columns: a parent that lacks one (an inheritance child's own
     // column) records the whole watched table instead.
-    let below = partitions::descendants(written);
+    // (a table that never had a child has none: no statement planned for it)
+    // SAFETY: the trigger's relation is open.
+    let below = if unsafe { (*(*relation).rd_rel).relhassubclass } {
+        partitions::descendants(written)
+    } else {
+        vec![]
+    };
     for &table in &below {
         let reading: Vec<_> = of_table(table).collect();
         if !reading.is_empty() {
@@ -194,8 +200,11 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
             dependents.extend(reading.into_iter().map(|d| (d, whole_table)));
         }
     }
-    let watches_reading =
-        derive::watches_by_id(&ext, dependents.iter().map(|(d, _)| d.watch_id).collect());
+    let watches_reading = if dependents.is_empty() {
+        vec![]
+    } else {
+        derive::watches_by_id(&ext, dependents.iter().map(|(d, _)| d.watch_id).collect())
+    };
     let relations: Vec<Relation> = dependents
         .into_iter()
         .filter_map(|(d, whole_table)| {
@@ -324,22 +333,22 @@ fn depend_on(table: pg_sys::Oid) {
     });
 }
 
-/// The oids of `indexnow_watches` and `indexnow_relations`, whose invalidation drops every entry.
-fn remember_watch_tables(ext: &str) {
+/// The oids of `indexnow_watches` and `indexnow_relations`, whose invalidation drops every entry:
+/// in the schema of `function`, the capture trigger's (found in the catalog's caches, without a
+/// statement: the first save of every session does this).
+fn remember_watch_tables(function: pg_sys::Oid) {
     if WATCH_TABLES.with(|w| !w.borrow().is_empty()) {
         return;
     }
-    let oids: Vec<pg_sys::Oid> = ["indexnow_watches", "indexnow_relations"]
-        .iter()
-        .filter_map(|t| {
-            crate::plan_cache::get_one::<pg_sys::Oid>(
-                "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
-                &[format!("{ext}.{t}").into()],
-            )
-            .ok()
-            .flatten()
-        })
-        .collect();
+    // SAFETY: syscache lookups of the running function's schema and of two names in it.
+    let oids: Vec<pg_sys::Oid> = unsafe {
+        let schema = pg_sys::get_func_namespace(function);
+        [c"indexnow_watches", c"indexnow_relations"]
+            .iter()
+            .map(|t| pg_sys::get_relname_relid(t.as_ptr(), schema))
+            .filter(|oid| *oid != pg_sys::InvalidOid)
+            .collect()
+    };
     WATCH_TABLES.with(|w| *w.borrow_mut() = oids);
 }
 

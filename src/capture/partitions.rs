@@ -162,9 +162,51 @@ pub fn watched_ancestors(ext: &str, table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     in_role(ext, &ancestors(table), Role::Watched)
 }
 
+/// Whether `table` is a partition or an inheritance child: one look in `pg_inherits`'s index, no
+/// statement planned. Most watched tables have no parent, and the first save of every session
+/// asks (`super::cache`): planning the query of [`ancestors`] took a millisecond of it.
+pub fn has_parent(table: pg_sys::Oid) -> bool {
+    // The catalog's fixed OIDs (catalog/pg_inherits.h, the same in every release), which pgrx
+    // does not export: pg_inherits, its index on (inhrelid, inhseqno), and inhrelid's number.
+    const INHERITS: u32 = 2611;
+    const INHERITS_RELID_SEQNO_INDEX: u32 = 2680;
+    const INHRELID: i16 = 1;
+    // SAFETY: a scan of a catalog index under AccessShareLock, closed before returning; the
+    // key lives on this stack frame for the scan's duration.
+    unsafe {
+        let inherits = pg_sys::table_open(
+            pg_sys::Oid::from(INHERITS),
+            pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+        );
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            INHRELID,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_OIDEQ),
+            pg_sys::Datum::from(table),
+        );
+        let scan = pg_sys::systable_beginscan(
+            inherits,
+            pg_sys::Oid::from(INHERITS_RELID_SEQNO_INDEX),
+            true,
+            std::ptr::null_mut(),
+            1,
+            &mut key,
+        );
+        let found = !pg_sys::systable_getnext(scan).is_null();
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(inherits, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        found
+    }
+}
+
 /// The tables above `table`, nearest first (foreign tables left out: they can have no triggers
 /// with transition tables; a write through their parent is still seen there).
 pub fn ancestors(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    if !has_parent(table) {
+        return vec![];
+    }
     Spi::connect(|client| {
         client
             .select(
