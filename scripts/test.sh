@@ -20,6 +20,8 @@ read -r -a versions <<<"${INDEXNOW_TEST_VERSIONS:-${INDEXNOW_PG_VERSIONS[*]}}"
 # (mostly waiting on servers and timers) another builds (cargo's lock on the target folder takes
 # the builds one at a time). Each log is printed whole when its job ends, with its step times.
 logs=$(mktemp -d /tmp/indexnow-test-logs.XXXXXX)
+# A fresh clone builds everything once: incremental compilation's bookkeeping only slows that.
+export CARGO_INCREMENTAL=0
 # Postgres refuses root: the test clusters run as the postgres user in folders it owns.
 pgrx_dir=$(mktemp -d /tmp/indexnow-pgrx-test.XXXXXX)
 chown postgres:postgres "$pgrx_dir"
