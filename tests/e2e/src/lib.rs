@@ -471,6 +471,19 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A test that failed shows the end of its server's log (a worker's LOG and WARNING lines
+        // say what it was doing): the folder goes with the cluster.
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!(
+                "--- the last {} lines of the server log ({}):\n{}\n---",
+                tail.len(),
+                self.dir.display(),
+                tail.join("\n")
+            );
+        }
         let _ = as_postgres(&format!("{}/pg_ctl", pg_bin()))
             .args([
                 "-D",
