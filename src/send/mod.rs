@@ -300,6 +300,10 @@ thread_local! {
     static SPLIT_WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The change sets a worker's pass cut short had passed over, for the next pass.
     static PASSED_OVER: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The host of the last batch a worker's pass claimed: its next pass goes on after it. A pass
+    /// ends after `naptime`, and one that started again at the same host would let a host with a
+    /// backlog send a batch at every pass before another host's page.
+    static LAST_HOST: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
 }
 
 /// One pass. Returns what it did per host (hosts with nothing sent are left out), and whether
@@ -328,10 +332,16 @@ pub fn run_pass(session: Session) -> (Vec<HostResult>, bool) {
         results: vec![],
         ending: false,
         paused: HashSet::new(),
-        last_host: None,
+        last_host: match session {
+            Session::Worker { .. } => LAST_HOST.take(),
+            Session::PushNow => None,
+        },
         started: Instant::now(),
     };
     pass.send_all();
+    if let Session::Worker { .. } = session {
+        LAST_HOST.set(pass.last_host.clone());
+    }
     let mut results = pass.results;
     if prune_due() {
         session.step(|| prune(&settings));
@@ -367,7 +377,8 @@ struct Pass<'a> {
     ending: bool,
     /// Hosts whose answer paused them during this pass.
     paused: HashSet<String>,
-    /// The host of the last batch claimed: the next round starts after it.
+    /// The host of the last batch claimed (by this pass, or a worker's pass before it): the next
+    /// round starts after it.
     last_host: Option<String>,
     started: Instant,
 }
@@ -410,8 +421,8 @@ impl Pass<'_> {
     }
 
     /// The hosts with something to send, in turn: after the one the last round ended with (a
-    /// worker's first round starts at a host of its own, so that several workers of a database
-    /// do not all walk the same host's index past each other's locked rows).
+    /// worker's first round ever starts at a host of its own, so that several workers of a
+    /// database do not all walk the same host's index past each other's locked rows).
     fn hosts_in_turn(&mut self) -> Vec<Host> {
         if self.session.told_to_stop() || self.endpoint_paused_elsewhere() {
             self.ending = true;
