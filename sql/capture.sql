@@ -134,3 +134,19 @@ CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE',
                   'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION _indexnow_before_ddl();
+
+-- For a watch's row statement (src/derive/statements.rs): its publish_at as a point in time,
+-- whatever the type of the column or expression, which picks the overload: a value without time
+-- zone is read in the watch maker's TimeZone (`zone`), a date at its midnight there. Inlined by
+-- the planner (one SQL expression each).
+CREATE FUNCTION _indexnow_publish_time(at timestamptz, zone text) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN at;
+
+CREATE FUNCTION _indexnow_publish_time(at timestamp, zone text) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN pg_catalog.timezone(zone, at);
+
+CREATE FUNCTION _indexnow_publish_time(at date, zone text) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN pg_catalog.timezone(zone, at::pg_catalog.timestamp);

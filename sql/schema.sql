@@ -94,10 +94,9 @@ CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
 -- they write the pending index's columns anyway, so this index makes no HOT update non-HOT.
 CREATE INDEX indexnow_urls_failed ON indexnow_urls (host) WHERE failed_at IS NOT NULL;
 
--- What indexnow_watch() set up: one row per watched table and URL pattern, with the statements it
--- generated (src/derive/statements.rs) to derive the watch's URLs from rows of the table: for
--- the rows named by a change set (`derive_keys`) and for the whole table (`derive_all`, for
--- TRUNCATE and indexnow_reconcile()); a new watch's baseline is generated and run once, not kept.
+-- What indexnow_watch() set up: one row per watched table and URL pattern, with its arguments as
+-- checked. The statements that derive the watch's URLs from rows of the table are generated from
+-- them and the table as it is, where they are used (src/derive/generated.rs), and not stored.
 -- `indexnow_unwatch()` keeps the row, inactive, while URLs it gave are still known to search
 -- engines, so their removals stay owed.
 CREATE TABLE indexnow_watches (
@@ -114,10 +113,6 @@ CREATE TABLE indexnow_watches (
     time_zone     text NOT NULL,                    -- the watcher's, for a publish_at without zone
     active        boolean NOT NULL DEFAULT true,    -- false: unwatched, removals still owed
     owner         name NOT NULL,                    -- who made it: its SQL runs with this role's rights
-    rows_keys     text NOT NULL DEFAULT '',         -- the watch's SQL over rows, run as owner
-    rows_all      text NOT NULL DEFAULT '',
-    derive_keys   text NOT NULL,
-    derive_all    text NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
     -- the columns visible, url_sql and publish_at read: the UPDATE gate compares them even when
     -- they are ignored as content (NULL: not known, the gate compares every column)
@@ -128,15 +123,14 @@ CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) 
 
 -- Tables a watch reads besides its own (a translation row's parent page, a page's category),
 -- declared with indexnow_watch(related => ...): a write to one re-derives the watched rows that
--- reference the written rows, found through foreign keys. `dependents` is the query from the
--- written rows' keys to the watched rows' keys (see src/capture/related.rs). No foreign key to
+-- reference the written rows, found through foreign keys (the query from the written rows' keys
+-- to the watched rows' keys is planned where it is used: src/capture/related.rs). No foreign key to
 -- indexnow_watches: `pg_restore -j` loads the two tables in parallel sessions, into the
 -- constraints CREATE EXTENSION made, and would refuse a relation loaded before its watch; the
 -- code that deletes a watch deletes its relations.
 CREATE TABLE indexnow_relations (
     watch_id   integer NOT NULL,                    -- the watch (indexnow_watches.id)
     tbl        regclass NOT NULL,                   -- the related table
-    dependents text NOT NULL,
     PRIMARY KEY (watch_id, tbl)
 );
 

@@ -28,6 +28,8 @@
 //!   requests: runs a watch's statement over rows (a failing row skipped alone), change sets
 //!   derived after commit; used by capture and by the senders, and imports neither
 //! - `derive/statements.rs`  the SQL a watch generates (the derivation rules are stated there)
+//! - `derive/generated.rs`  a watch's statements, generated where used from its stored arguments and
+//!   the catalog, kept per backend until an invalidation
 //! - `derive/settings.rs`  the settings every derivation runs under
 //! - `derive/change_sets.rs`  change sets: recorded by the writing statement, taken by a deriver
 //! - `derive/key.rs`      a table's primary key as the watches use it

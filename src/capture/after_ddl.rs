@@ -34,7 +34,8 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
     placement::put_on(&ext, &roots, Existing::Keep);
     for w in &in_role(&ext, &tree, Role::Watched) {
         if tag == "ALTER TABLE" {
-            let same = watch::follow_alter_table(&ext, *w, before_ddl::only_adds());
+            let same =
+                watch::follow_alter_table(&ext, *w, before_ddl::only_adds()) && key_as_before(*w);
             if needs_deriving_after_alter(*w, same) {
                 crate::derive::change_sets::record_whole_table(&ext, *w, None);
                 crate::wake::worker_at_commit();
@@ -57,8 +58,19 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
     }
 }
 
+/// Whether the `ALTER TABLE` ending now left the primary key of `watched` as it was, or gave it one
+/// where it had none: the key is the one input of a watch's statements
+/// (`crate::derive::generated`) that an ALTER changing no row can change. A key swapped for
+/// another, or dropped, changes how every row is known; a key added to a table without one
+/// changes nothing that is owed: a restore adds it to the rows the dump had, and writes made
+/// while a table had none recorded the whole table themselves.
+fn key_as_before(watched: pg_sys::Oid) -> bool {
+    before_ddl::key_before(watched)
+        .is_none_or(|key| key.is_empty() || key == crate::derive::key::columns(watched))
+}
+
 /// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of
-/// a table it reads (`same`: its watches came out as they were). Not when the ALTER changed no row
+/// a table it reads (`same`: its watches were made again, and its key is as it was). Not when the ALTER changed no row
 /// and no watch (`super::before_ddl::changes_no_rows`), nor while the table has no capture
 /// triggers: a restore makes them last, after the keys and partitions it attaches, while (with
 /// `pg_restore -j`) other jobs still load the table's rows or what the watch derived from them
@@ -92,7 +104,8 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
     })
     .unwrap_or_else(|e| error!("indexnow: finding the watches that read an altered table: {e}"));
     for (watched, ids) in readers {
-        let same = watch::follow_alter_table(ext, watched, before_ddl::only_adds());
+        let same = watch::follow_alter_table(ext, watched, before_ddl::only_adds())
+            && key_as_before(watched);
         if needs_deriving_after_alter(watched, same) {
             crate::derive::change_sets::record_whole_table(ext, watched, Some(ids));
             crate::wake::worker_at_commit();

@@ -71,13 +71,14 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
     }
     let parsetree = (*(context as *mut pg_sys::EventTriggerData)).parsetree;
     if FOLLOWING.get() == 0 {
-        ALTER.set(
-            if !parsetree.is_null() && pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt) {
-                alter_kind(&*(parsetree as *mut pg_sys::AlterTableStmt))
-            } else {
-                Alter::MayChangeRows
-            },
-        );
+        let alter = (!parsetree.is_null()
+            && pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt))
+        .then(|| &*(parsetree as *mut pg_sys::AlterTableStmt));
+        ALTER.set(alter.map_or(Alter::MayChangeRows, |a| alter_kind(a)));
+        KEY_BEFORE.set(None);
+        if let Some(a) = alter.filter(|_| changes_no_rows()) {
+            note_key_before(a);
+        }
     }
     if parsetree.is_null() || crate::extension::version_mismatch().is_some() {
         return pg_sys::Datum::from(0);
@@ -363,9 +364,16 @@ enum Alter {
     OnlyAdds,
 }
 
+/// A primary key: (column, SQL type) in the key's order.
+type Key = Vec<(String, String)>;
+
 thread_local! {
     /// Set at the start of each DDL statement, for its end.
     static ALTER: std::cell::Cell<Alter> = const { std::cell::Cell::new(Alter::MayChangeRows) };
+    /// The primary key of the table an `ALTER TABLE` changing no row names, as it was before it
+    /// (when the table carries capture triggers), for its end: [`key_before`].
+    static KEY_BEFORE: std::cell::RefCell<Option<(pg_sys::Oid, Key)>> =
+        const { std::cell::RefCell::new(None) };
     /// How deep this backend is in [`following`].
     static FOLLOWING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
@@ -388,6 +396,32 @@ pub fn following<R>(f: impl FnOnce() -> R) -> R {
 /// subcommand is one that leaves rows, their values and which table holds them alone.
 pub fn changes_no_rows() -> bool {
     ALTER.get() != Alter::MayChangeRows
+}
+
+/// The primary key of `table` (columns and types) before the `ALTER TABLE` ending now, when that
+/// ALTER changes no row and names `table`: such an ALTER changes a watch's statements only by
+/// changing its table's key (a restore adds it; a migration swaps it), and its end derives the
+/// table only then.
+pub fn key_before(table: pg_sys::Oid) -> Option<Key> {
+    KEY_BEFORE.with(|k| {
+        k.borrow()
+            .as_ref()
+            .filter(|(t, _)| *t == table)
+            .map(|(_, key)| key.clone())
+    })
+}
+
+/// Notes the key of the table `alter` names, before it runs (see [`key_before`]).
+unsafe fn note_key_before(alter: &pg_sys::AlterTableStmt) {
+    if crate::extension::version_mismatch().is_some() {
+        return;
+    }
+    let Some(table) = relation_of(alter.relation) else {
+        return;
+    };
+    if super::triggers::on(table) {
+        KEY_BEFORE.set(Some((table, crate::derive::key::columns(table))));
+    }
 }
 
 /// Whether the `ALTER TABLE` ending now only adds constraints or indexes. It cannot have taken

@@ -81,8 +81,8 @@ pub struct Relation {
     /// The query from the written rows to the watch's rows (`super::related`).
     pub dependents: String,
     pub watch: Watch,
-    /// The written table (a parent of the related table) lacks a column the query reads: a
-    /// write records the watch's whole table.
+    /// The written table (a parent of the related table) lacks a column the query reads, or the
+    /// query cannot be planned now: a write records the watch's whole table.
     pub whole_table: bool,
 }
 
@@ -210,8 +210,8 @@ fn build(function: pg_sys::Oid, relation: pg_sys::Relation, plan_tag: String) ->
         .filter_map(|(d, whole_table)| {
             Some(Relation {
                 watch: watches_reading.iter().find(|w| w.id == d.watch_id)?.clone(),
-                dependents: d.dependents,
-                whole_table,
+                whole_table: whole_table || d.dependents.is_none(),
+                dependents: d.dependents.unwrap_or_default(),
             })
         })
         .collect();

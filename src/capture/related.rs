@@ -7,7 +7,9 @@
 //! written rows (`article_translations → articles → categories`), and derives (or records) the
 //! keys it finds, as a write to the watched table would. The path is found from the catalog when
 //! the watch is made: each related table must be reachable from the watched table through foreign
-//! keys among the watched and related tables, or the watch is refused.
+//! keys among the watched and related tables, or the watch is refused. The query is not stored:
+//! it is planned again from the related tables `indexnow_relations` lists and the catalog when a
+//! backend first captures a write of the related table ([`of_table`]).
 //!
 //! The watched table may name itself when it has a foreign key to itself (a tree of pages, each
 //! URL made of its ancestors' slugs): the query then follows that key down, recursively, and a
@@ -461,27 +463,58 @@ pub fn changed_rows(sources: &[&str]) -> String {
 /// A relation of an active watch on the trigger's table.
 pub struct Dependents {
     pub watch_id: i32,
-    pub dependents: String,
+    /// The query from the written rows to the keys of the watched rows that read them; `None`
+    /// when it cannot be planned now (a foreign key of the path dropped, the watched table
+    /// without a primary key): a write then records the watch's whole table.
+    pub dependents: Option<String>,
 }
 
-/// The relations of active watches that read the table `$1` (oid).
+/// The relations of active watches that read the table `table`, each planned from the watch's
+/// related tables (as `indexnow_watch()` stored them) and the foreign keys the catalog has now.
 pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
     let sql = format!(
-        "SELECT r.watch_id, r.dependents FROM {ext}.indexnow_relations r \
+        "SELECT r.watch_id, w.tbl::pg_catalog.oid, \
+                ARRAY(SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+                        FROM {ext}.indexnow_relations a \
+                        JOIN pg_catalog.pg_class c ON c.oid = a.tbl \
+                        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                       WHERE a.watch_id = r.watch_id ORDER BY a.tbl) \
+           FROM {ext}.indexnow_relations r \
            JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
           WHERE r.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND w.active ORDER BY r.watch_id"
     );
-    Spi::connect(|client| {
+    let watches: Vec<(i32, pg_sys::Oid, Vec<String>)> = Spi::connect(|client| {
         crate::plan_cache::read(client, &sql, &[table.into()])?
             .map(|r| {
-                Ok(Dependents {
-                    watch_id: r.get(1)?.unwrap_or_default(),
-                    dependents: r.get(2)?.unwrap_or_default(),
-                })
+                Ok((
+                    r.get(1)?.unwrap_or_default(),
+                    r.get(2)?.unwrap_or(pg_sys::InvalidOid),
+                    r.get(3)?.unwrap_or_default(),
+                ))
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
-    .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"))
+    .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"));
+    watches
+        .into_iter()
+        .map(|(watch_id, watched, related)| {
+            let key = crate::derive::key::names(watched);
+            let dependents = if key.is_empty() {
+                None
+            } else {
+                plan(watched, &key, &related).ok().and_then(|relations| {
+                    relations
+                        .into_iter()
+                        .find(|r| r.table == table)
+                        .map(|r| r.dependents)
+                })
+            };
+            Dependents {
+                watch_id,
+                dependents,
+            }
+        })
+        .collect()
 }
 
 /// Whether `written` (a table above related table `related`) has every column of `related` that

@@ -29,15 +29,14 @@ use super::placement::{self, Existing};
 use super::{related, triggers};
 use crate::derive::change_sets::{Waiting, MERGED_AT_MOST};
 use crate::derive::owner;
-use crate::derive::statements::{PublishAt, TimeKind, UrlSource, WatchDefinition};
-use crate::derive::template;
-use crate::derive::{self, Rows};
+use crate::derive::statements::{Statements, UrlSource};
+use crate::derive::{self, generated, template, Derivation, Rows};
 use crate::error::{invalid_parameter, required, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
-use crate::quote::quote_ident;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
+use std::rc::Rc;
 
 /// The columns ignored when `ignore` is not given: the SQL defaults of `indexnow_watch()` and
 /// `indexnow_fingerprint()` name the same (a literal each, as pgrx takes defaults; a test checks
@@ -347,23 +346,14 @@ fn indexnow_watch(
         // What the table's writes recorded so far is derived under the watches they were made for.
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given);
-        let sql = define(
-            &ext,
-            caller,
-            oid,
-            watch_id,
-            &checked,
-            visible,
-            related,
-            Making::New,
-        );
+        define(&ext, caller, oid, watch_id, &checked, related, Making::New)
+            .unwrap_or_else(|e| watch_error(e));
         let watch = derive::Watch {
             id: watch_id,
             pattern: checked.pattern,
             table: checked.table.qualified.clone(),
             oid,
-            derive_keys: sql.derive_keys,
-            derive_all: sql.derive_all,
+            derivation: Derivation::Derive,
             ignore: checked.ignore,
             ext: ext.clone(),
         };
@@ -373,7 +363,7 @@ fn indexnow_watch(
             derive::derive(&watch, Rows::All, Reason::Gone)
                 .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
         } else {
-            record_baseline(&ext, watch, sql.baseline, sql.baseline_keys, label);
+            record_baseline(&ext, watch, label);
         }
     });
 }
@@ -389,23 +379,20 @@ enum Making {
     Again,
 }
 
-/// Defines watch `watch_id` from its checked arguments, the one path whether the watch is made
-/// (`indexnow_watch()`) or made again after DDL ([`make_again`]): its statements, its related
-/// tables (the right to put triggers on them checked for `caller`), and the capture triggers
-/// where the placement rule puts them. Returns the statements.
-#[allow(clippy::too_many_arguments)]
+/// Defines watch `watch_id`, whose checked arguments are stored, the one path whether the watch
+/// is made (`indexnow_watch()`) or made again after DDL ([`make_again`]): the columns its
+/// expressions read, its related tables (the right to put triggers on them checked for `caller`),
+/// and the capture triggers where the placement rule puts them. Returns its statements, generated
+/// from what is stored (`crate::derive::generated`), or why they cannot be.
 fn define(
     ext: &str,
     caller: pg_sys::Oid,
     oid: pg_sys::Oid,
     watch_id: i32,
     checked: &Checked,
-    visible: Option<&str>,
     related: Option<Vec<String>>,
     making: Making,
-) -> crate::derive::statements::Statements {
-    let sql = definition(ext, watch_id, checked, visible).statements();
-    store_statements(ext, watch_id, &sql);
+) -> Result<Rc<Statements>, String> {
     spi(
         "storing the watch",
         Spi::run_with_args(
@@ -414,27 +401,7 @@ fn define(
         ),
     );
     install_triggers(ext, caller, oid, &checked.table, watch_id, related, making);
-    sql
-}
-
-/// What watch `watch_id`'s statements are generated from: its checked arguments.
-fn definition(
-    ext: &str,
-    watch_id: i32,
-    checked: &Checked,
-    visible: Option<&str>,
-) -> WatchDefinition {
-    WatchDefinition {
-        watch_id,
-        ext: ext.to_string(),
-        table: checked.table.qualified.clone(),
-        key: checked.table.key.clone(),
-        public: checked.public.clone(),
-        url: checked.source.clone(),
-        visible: visible.map(str::to_string),
-        publish_at: checked.publish.clone(),
-        hidden_reason: checked.hidden_reason,
-    }
+    generated::again(ext, watch_id)
 }
 
 /// `indexnow_watch()`'s arguments as given.
@@ -452,14 +419,10 @@ struct Checked {
     table: Table,
     /// The template or url_sql: what names the watch.
     pattern: String,
-    source: UrlSource,
     /// The ignored columns the table has.
     ignore: Vec<String>,
-    /// The columns whose change is a content change.
-    public: Vec<String>,
     /// The columns `visible`, `url_sql` and `publish_at` read (`None`: not known).
     read_by_expressions: Option<Vec<String>>,
-    publish: Option<PublishAt>,
     hidden_reason: Reason,
     /// The caller's search_path, resolved, for the watch's expressions.
     search_path: String,
@@ -535,9 +498,9 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     )
     .unwrap_or_else(|| "UTC".into());
     // publish_at names a column, or is an expression over the row (a parent's column).
-    let publish = given
-        .publish_at
-        .map(|c| checked_publish_at(ext, &table, &ignore, c, &time_zone));
+    if let Some(c) = given.publish_at {
+        check_publish_at(ext, &table, &ignore, c);
+    }
     let hidden_reason: Reason = given
         .hidden_reason
         .parse()
@@ -557,29 +520,19 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
             removals.join(", ")
         ));
     }
-    let public: Vec<String> = table
-        .columns
-        .iter()
-        .map(|(name, _)| name.clone())
-        .filter(|c| !ignore.contains(c))
-        .collect();
     // The UPDATE gate skips a write that changed ignored columns only. A column the watch's
     // expressions read may change the URL, the visibility or the publication time (`ignore =>
     // '{noindex}'` with `visible => 'NOT noindex'`: no content change, but an unpublish), which
     // the derivation compares whatever the fingerprint says: the gate compares it all the same
     // (`derive::watches_of`). Not knowing what they read (no right to make a temporary view),
     // the gate compares every column.
-    let read_by_expressions: Option<Vec<String>> = [
-        given.visible,
-        given.url_sql,
-        publish.as_ref().map(|p| p.sql.as_str()),
-    ]
-    .into_iter()
-    .flatten()
-    .try_fold(vec![], |mut all, expr| {
-        all.extend(expression_columns(ext, &table, expr)?);
-        Some(all)
-    });
+    let read_by_expressions: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
+        .into_iter()
+        .flatten()
+        .try_fold(vec![], |mut all, expr| {
+            all.extend(expression_columns(ext, &table, expr)?);
+            Some(all)
+        });
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
     let search_path = spi(
@@ -602,11 +555,8 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     Checked {
         table,
         pattern,
-        source,
         ignore,
-        public,
         read_by_expressions,
-        publish,
         hidden_reason,
         search_path,
         time_zone,
@@ -650,52 +600,45 @@ fn checked_url(ext: &str, table: &Table, given: &Given) -> (String, UrlSource) {
 }
 
 /// `publish_at`: a column of the table (not ignored: a reschedule must be seen) or an expression
-/// over the row, of a timestamp type; read in `time_zone` when it has none.
-fn checked_publish_at(
-    ext: &str,
-    table: &Table,
-    ignore: &[String],
-    c: &str,
-    time_zone: &str,
-) -> PublishAt {
+/// over the row, of a timestamp type (timestamptz, timestamp or date: each has its reading as a
+/// point in time, `_indexnow_publish_time()`).
+fn check_publish_at(ext: &str, table: &Table, ignore: &[String], c: &str) {
     let label = &table.label;
-    let (sql, ty) = match table.columns.iter().find(|(name, _)| name == c) {
+    let ty = match table.columns.iter().find(|(name, _)| name == c) {
         Some((_, ty)) => {
             if ignore.iter().any(|i| i == c) {
                 watch_error(format!(
                     "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
                 ));
             }
-            let ty = match *ty {
-                pg_sys::TIMESTAMPTZOID => "timestamp with time zone",
-                pg_sys::TIMESTAMPOID => "timestamp without time zone",
-                pg_sys::DATEOID => "date",
-                _ => watch_error(format!(
+            if ![
+                pg_sys::TIMESTAMPTZOID,
+                pg_sys::TIMESTAMPOID,
+                pg_sys::DATEOID,
+            ]
+            .contains(ty)
+            {
+                watch_error(format!(
                     "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
-                )),
-            };
-            (format!("r.{}", quote_ident(c)), ty.to_string())
+                ));
+            }
+            return;
         }
         None if c.chars().all(|ch| ch.is_alphanumeric() || ch == '_') => watch_error(format!(
             "publish_at names column \"{c}\", which {label} does not have"
         )),
-        None => (
-            format!("({c})"),
-            expression_type(ext, table, c, "publish_at"),
-        ),
+        None => expression_type(ext, table, c, "publish_at"),
     };
-    let kind = match ty.as_str() {
-        "timestamp with time zone" => TimeKind::WithZone,
-        "timestamp without time zone" => TimeKind::WithoutZone,
-        "date" => TimeKind::Date,
-        _ => watch_error(format!(
+    if ![
+        "timestamp with time zone",
+        "timestamp without time zone",
+        "date",
+    ]
+    .contains(&ty.as_str())
+    {
+        watch_error(format!(
             "publish_at must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
-        )),
-    };
-    PublishAt {
-        sql,
-        kind,
-        time_zone: time_zone.to_string(),
+        ));
     }
 }
 
@@ -755,8 +698,8 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
                        publish_at, hidden_reason, search_path, time_zone, owner, \
-                       expression_columns, derive_keys, derive_all) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '', '') \
+                       expression_columns) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                      RETURNING id"
                 ),
                 &args(),
@@ -765,27 +708,6 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
         .unwrap(),
     };
     (watch_id, previous)
-}
-
-/// Stores the statements generated for the watch.
-fn store_statements(ext: &str, watch_id: i32, sql: &crate::derive::statements::Statements) {
-    spi(
-        "storing the watch",
-        Spi::run_with_args(
-            &format!(
-                "UPDATE {ext}.indexnow_watches \
-                    SET derive_keys = $2, derive_all = $3, rows_keys = $4, rows_all = $5 \
-                  WHERE id = $1"
-            ),
-            &[
-                watch_id.into(),
-                sql.derive_keys.as_str().into(),
-                sql.derive_all.as_str().into(),
-                sql.rows_keys.as_str().into(),
-                sql.rows_all.as_str().into(),
-            ],
-        ),
-    );
 }
 
 /// Stores the watch's related tables (checking the caller may put triggers on them and, for a new
@@ -870,14 +792,10 @@ fn store_relations(
             "storing the watch's related tables",
             Spi::run_with_args(
                 &format!(
-                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, dependents) \
-                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
+                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl) \
+                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass)"
                 ),
-                &[
-                    watch_id.into(),
-                    r.table.into(),
-                    r.dependents.as_str().into(),
-                ],
+                &[watch_id.into(), r.table.into()],
             ),
         );
     }
@@ -893,10 +811,9 @@ fn store_relations(
 /// A new watch's baseline: the rows public now recorded as known to search engines (not
 /// announced), scheduled ones queued for their time. It runs as a derivation does (a row that
 /// fails is skipped alone).
-fn record_baseline(ext: &str, watch: derive::Watch, all: String, keys: String, label: &str) {
+fn record_baseline(ext: &str, watch: derive::Watch, label: &str) {
     let baseline = derive::Watch {
-        derive_keys: keys,
-        derive_all: all,
+        derivation: Derivation::Baseline,
         ..watch.clone()
     };
     let (recorded, _) = derive::derive(&baseline, Rows::All, Reason::Gone)
@@ -1113,48 +1030,29 @@ fn indexnow_schema_renamed(schema: pg_sys::Oid) {
     }
 }
 
-/// Makes the statements of the active watches of `table` again from their arguments and the
-/// table as it is after an `ALTER TABLE` (`super::partitions`' event trigger): a column added
-/// counts as content, and a column dropped or renamed that a watch does not name, or the table
-/// renamed or moved to another schema, no longer breaks it. Each is checked as `indexnow_watch()`
-/// checked it, as the role that made it, with its `search_path` and `TimeZone`, and its related
-/// tables are planned again. Nothing is derived here (the table is locked for the ALTER): the
-/// whole-table change set the same event records is derived by the workers after the commit,
-/// with the new statements, and queues what the new definition changes (a URL, a visibility; a
-/// column added with a default, or dropped, changes every row's fingerprint: every page is then
-/// announced as changed). A watch that cannot be made again (a column it names is gone) is left
-/// as it was, with a WARNING that says how to mend it; the ALTER goes on.
+/// Makes the active watches of `table` again for the table as it is after an `ALTER TABLE`
+/// (`super::after_ddl`): each is checked as `indexnow_watch()` checked it, as the role that made
+/// it, with its `search_path` and `TimeZone`, and its related tables are planned again. Its
+/// statements are generated from its arguments and the catalog wherever they are used
+/// (`crate::derive::generated`), so they follow the table by themselves: a column added counts as
+/// content, and a column dropped or renamed that a watch does not name, or the table renamed or
+/// moved to another schema, does not break it. Nothing is derived here (the table is locked for
+/// the ALTER): the whole-table change set the same event records is derived by the workers after
+/// the commit, and queues what the new definition changes (a URL, a visibility; a column added
+/// with a default, or dropped, changes every row's fingerprint: every page is then announced as
+/// changed). A watch that can no longer be made (a column it names is gone) gets a WARNING that
+/// says how to mend it, and is broken until then; the ALTER goes on.
 ///
-/// Not before `ALTER EXTENSION indexnow UPDATE`: the statements would call this release's
-/// functions, which a database on the SQL of an earlier release does not have.
-/// Returns whether every watch of the table came out as it was (the same statements), or was
-/// not made again (no triggers on the table: a restore that has not made them yet). With
-/// `only_adds` (the ALTER only added constraints or indexes,
-/// `super::before_ddl::only_adds`), a watch that cannot be made again stays as it was, unsaid:
-/// its table is being built (a restore adds its keys one by one).
+/// Not before `ALTER EXTENSION indexnow UPDATE`: a database on the SQL of an earlier release may
+/// lack what this release's statements call.
+/// Returns whether every watch of the table was made again, or needed not be (no triggers on the
+/// table: a restore that has not made them yet). With `only_adds` (the ALTER only added
+/// constraints or indexes, `super::before_ddl::only_adds`), a watch that cannot be made again is
+/// not said: its table is being built (a restore adds its keys one by one).
 pub fn follow_alter_table(ext: &str, table: pg_sys::Oid, only_adds: bool) -> bool {
     if crate::extension::version_mismatch().is_some() || !triggers::on(table) {
         return true;
     }
-    let statements = || -> Vec<String> {
-        Spi::connect(|client| {
-            client
-                .select(
-                    &format!(
-                        "SELECT concat_ws(E'\\n', rows_keys, rows_all, derive_keys, derive_all) \
-                           FROM {ext}.indexnow_watches \
-                          WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND active \
-                          ORDER BY id"
-                    ),
-                    None,
-                    &[table.into()],
-                )?
-                .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
-                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-        })
-        .unwrap_or_else(|e| error!("indexnow: reading the watches of an altered table: {e}"))
-    };
-    let before = statements();
     let mut made_again = true;
     let watches: Vec<(i32, String)> = Spi::connect(|client| {
         client
@@ -1193,7 +1091,7 @@ pub fn follow_alter_table(ext: &str, table: pg_sys::Oid, only_adds: bool) -> boo
             .report(PgLogLevel::WARNING);
         }
     }
-    made_again && statements() == before
+    made_again
 }
 
 /// Makes watch `id` again (see [`follow_alter_table`]).
@@ -1299,8 +1197,8 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
         table,
         id,
         &checked,
-        given.visible,
         Some(related),
         Making::Again,
-    );
+    )
+    .unwrap_or_else(|e| error!("{e}"));
 }

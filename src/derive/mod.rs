@@ -26,6 +26,7 @@
 
 pub mod change_sets;
 pub mod fingerprint;
+pub mod generated;
 pub mod key;
 pub mod owner;
 pub mod settings;
@@ -52,11 +53,20 @@ pub struct Watch {
     pub table: String,
     /// The same table's OID.
     pub oid: pg_sys::Oid,
-    pub derive_keys: String,
-    pub derive_all: String,
+    /// Which of its statements a derivation runs.
+    pub derivation: Derivation,
     /// The columns the UPDATE gate may ignore: the ignored ones the watch's expressions do not
     /// read.
     pub ignore: Vec<String>,
+}
+
+/// Which of a watch's statements (`generated`) a derivation runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Derivation {
+    /// What changed is queued.
+    Derive,
+    /// A new watch's baseline: the rows public now are recorded as known, not announced.
+    Baseline,
 }
 
 /// Which rows to derive.
@@ -103,7 +113,6 @@ pub fn watches_by_id(ext: &str, ids: Vec<i32>) -> Vec<Watch> {
 fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>) -> Vec<Watch> {
     let sql = format!(
         "SELECT w.id, w.pattern, pg_catalog.format('%I.%I', n.nspname, c.relname), \
-                w.derive_keys, w.derive_all, \
                 CASE WHEN pg_catalog.jsonb_typeof(e.columns) OPERATOR(pg_catalog.=) 'array' \
                      THEN ARRAY(SELECT i FROM pg_catalog.unnest(w.ignore) i \
                                  WHERE NOT e.columns OPERATOR(pg_catalog.?) i) END, \
@@ -122,10 +131,9 @@ fn watches_where(ext: &str, condition: &str, arg: pgrx::datum::DatumWithOid<'_>)
                     id: r.get(1)?.unwrap_or_default(),
                     pattern: r.get(2)?.unwrap_or_default(),
                     table: r.get(3)?.unwrap_or_default(),
-                    derive_keys: r.get(4)?.unwrap_or_default(),
-                    derive_all: r.get(5)?.unwrap_or_default(),
-                    ignore: r.get(6)?.unwrap_or_default(),
-                    oid: r.get(7)?.unwrap_or(pg_sys::InvalidOid),
+                    derivation: Derivation::Derive,
+                    ignore: r.get(4)?.unwrap_or_default(),
+                    oid: r.get(5)?.unwrap_or(pg_sys::InvalidOid),
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -146,13 +154,27 @@ fn run_statement(
     rows: &Rows,
     absent: Reason,
 ) -> Result<Run, subtransaction::Failure> {
-    let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match rows {
-        Rows::Keyed(keys) => (
-            &watch.derive_keys,
+    // A watch whose statements cannot be generated fails as one whose statement fails for every
+    // row: broken.
+    let statements =
+        generated::of(&watch.ext, watch.id).map_err(|message| subtransaction::Failure {
+            message,
+            code: PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            transient: false,
+        })?;
+    let (sql, args): (&str, Vec<pgrx::datum::DatumWithOid>) = match (rows, watch.derivation) {
+        (Rows::Keyed(keys), derivation) => (
+            match derivation {
+                Derivation::Derive => &statements.derive_keys,
+                Derivation::Baseline => &statements.baseline_keys,
+            },
             vec![JsonB(keys.clone()).into(), absent.as_str().into()],
         ),
-        Rows::All => (
-            &watch.derive_all,
+        (Rows::All, derivation) => (
+            match derivation {
+                Derivation::Derive => &statements.derive_all,
+                Derivation::Baseline => &statements.baseline,
+            },
             vec![Option::<JsonB>::None.into(), absent.as_str().into()],
         ),
     };

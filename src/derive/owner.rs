@@ -62,17 +62,16 @@ fn indexnow_watch_rows(
     ),
 > {
     let ext = crate::extension::schema();
-    let found: Option<(Option<pg_sys::Oid>, String, String, String)> = Spi::connect(|client| {
+    let found: Option<(Option<pg_sys::Oid>, String, String)> = Spi::connect(|client| {
         let t = plan_cache::read(
             client,
             &format!(
-                "SELECT r.oid, w.owner::pg_catalog.text, w.search_path, \
-                        CASE WHEN $2 THEN w.rows_keys ELSE w.rows_all END \
+                "SELECT r.oid, w.owner::pg_catalog.text, w.search_path \
                    FROM {ext}.indexnow_watches w \
                    LEFT JOIN pg_catalog.pg_roles r ON r.rolname OPERATOR(pg_catalog.=) w.owner \
                   WHERE w.id OPERATOR(pg_catalog.=) $1"
             ),
-            &[watch_id.into(), keys.is_some().into()],
+            &[watch_id.into()],
         )?;
         if t.is_empty() {
             return Ok::<_, pgrx::spi::Error>(None);
@@ -82,12 +81,18 @@ fn indexnow_watch_rows(
             r.get(1)?,
             r.get::<String>(2)?.unwrap_or_default(),
             r.get::<String>(3)?.unwrap_or_default(),
-            r.get::<String>(4)?.unwrap_or_default(),
         )))
     })
     .unwrap_or_else(|e| error!("indexnow: reading watch {watch_id}: {e}"));
-    let Some((role, maker, search_path, sql)) = found else {
+    let Some((role, maker, search_path)) = found else {
         error!("indexnow: there is no watch {watch_id}");
+    };
+    let statements = super::generated::of(&ext, watch_id)
+        .unwrap_or_else(|e| error!("indexnow: watch {watch_id} cannot read its rows: {e}"));
+    let sql = if keys.is_some() {
+        &statements.rows_keys
+    } else {
+        &statements.rows_all
     };
     let Some(role) = role else {
         error!(
@@ -98,7 +103,7 @@ fn indexnow_watch_rows(
     // A row hidden by row-level security must fail the read, not look deleted.
     let settings = [("search_path", search_path), ("row_security", "off".into())];
     let rows = switched_to(role, true, || {
-        super::settings::with_settings(&settings, || read_in_this_snapshot(&sql, keys))
+        super::settings::with_settings(&settings, || read_in_this_snapshot(sql, keys))
     });
     TableIterator::new(rows)
 }

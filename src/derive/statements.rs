@@ -68,22 +68,13 @@ pub enum UrlSource {
     Sql(String),
 }
 
-/// The publication time (a column, or an expression over the row such as a parent's column) and
-/// how to read it as a point in time.
+/// The publication time: a column, or an expression over the row such as a parent's column.
 #[derive(Clone)]
 pub struct PublishAt {
     /// SQL over the row `r`: `r."published_at"`, or `(expression)`.
     pub sql: String,
-    pub kind: TimeKind,
-    /// The watcher's `TimeZone`, for a column without time zone.
+    /// The watcher's `TimeZone`, for a value without time zone.
     pub time_zone: String,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum TimeKind {
-    WithZone,
-    WithoutZone,
-    Date,
 }
 
 /// The generated statements of one watch.
@@ -226,15 +217,14 @@ impl WatchDefinition {
     fn publish_at_expr(&self) -> String {
         match &self.publish_at {
             None => "NULL::timestamptz".into(),
-            Some(p) => {
-                let col = p.sql.clone();
-                let zone = quote_literal(&p.time_zone);
-                match p.kind {
-                    TimeKind::WithZone => col,
-                    TimeKind::WithoutZone => format!("({col} AT TIME ZONE {zone})"),
-                    TimeKind::Date => format!("({col}::timestamp AT TIME ZONE {zone})"),
-                }
-            }
+            // (its type picks the overload of `_indexnow_publish_time()`, sql/capture.sql: the
+            // statement needs no knowledge of it, and follows a column retyped)
+            Some(p) => format!(
+                "{}._indexnow_publish_time({}, {})",
+                self.ext,
+                p.sql,
+                quote_literal(&p.time_zone)
+            ),
         }
     }
 
@@ -584,7 +574,6 @@ pub mod demo_site {
             visible: Some(visible.into()),
             publish_at: Some(PublishAt {
                 sql: "r.\"published_at\"".into(),
-                kind: TimeKind::WithZone,
                 time_zone: "UTC".into(),
             }),
             hidden_reason: hidden,
@@ -608,7 +597,6 @@ mod tests {
             visible: Some("status = 'published'".into()),
             publish_at: Some(PublishAt {
                 sql: "r.\"published_at\"".into(),
-                kind: TimeKind::WithoutZone,
                 time_zone: "Asia/Bangkok".into(),
             }),
             hidden_reason: Reason::Unpublished,
@@ -633,7 +621,7 @@ mod tests {
             .contains("coalesce((status = 'published'), false) AS vis"));
         assert!(s
             .rows_keys
-            .contains("(r.\"published_at\" AT TIME ZONE 'Asia/Bangkok') AS pub_at"));
+            .contains("_indexnow_publish_time(r.\"published_at\", 'Asia/Bangkok') AS pub_at"));
         assert!(s.rows_all.contains("FROM \"public\".\"pages\" r"));
         assert!(!s.rows_all.contains("jsonb_array_elements"));
         for sql in [&s.derive_keys, &s.derive_all] {

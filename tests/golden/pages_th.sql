@@ -6,12 +6,12 @@ SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_
 FROM (SELECT DISTINCT pg_catalog.jsonb_build_array((e ->> 0)::integer) AS row_key
 FROM pg_catalog.jsonb_array_elements($1) e) indexnow_asked
 LEFT JOIN LATERAL (
-SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
 FROM public.pages r
 WHERE r."id" = (indexnow_asked.row_key ->> 0)::integer) x ON true;
 
 -- rows_all
-SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, r."published_at" AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
 FROM public.pages r;
 
 -- derive_keys

@@ -30,8 +30,11 @@ facts AS (
            || CASE WHEN c.relkind::text = 'v' THEN E'\n' || pg_get_viewdef(c.oid) ELSE '' END
       FROM member m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
     UNION ALL
-    -- their columns, in order (a column added by an upgrade script lands where a fresh install has it)
-    SELECT m.name || ' column ' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+    -- their columns, in order (a column added by an upgrade script lands where a fresh install
+    -- has it; one it drops leaves a gap in the attribute numbers that no user sees: counted among
+    -- the live columns)
+    SELECT m.name || ' column '
+           || row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum) || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
            || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
            || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), '')
            || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END

@@ -588,6 +588,48 @@ fn a_session_saving_all_along_follows_watch_changes_made_by_another() {
     assert_eq!(queued(&mut db), ["https://www.example.com/th/d changed"]);
 }
 
+/// A session derives with statements generated from the watch and kept for the session (none is
+/// stored); DDL made by another session is followed from its next derivation: the table renamed,
+/// a column added (content from then on: a save that fills it alone is a change).
+#[test]
+fn a_session_deriving_all_along_follows_ddl_made_by_another() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    let mut admin = cluster.connect("site");
+    publish_and_push(&mut db, "a");
+    db.batch_execute("UPDATE pages SET body = 'one' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/th/a changed"]);
+    let pushed = |db: &mut Client| {
+        db.batch_execute(
+            "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+               last_pushed_at = now() WHERE request_seq > settled_seq",
+        )
+        .unwrap()
+    };
+    pushed(&mut db);
+    admin
+        .batch_execute(
+            "ALTER TABLE pages RENAME TO web_pages; ALTER TABLE web_pages ADD COLUMN teaser text",
+        )
+        .unwrap();
+    // (the column added holds NULL: no page's fingerprint changes)
+    assert_eq!(queued(&mut db), Vec::<String>::new());
+    db.batch_execute("UPDATE web_pages SET teaser = 'new' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/th/a changed"]);
+    pushed(&mut db);
+    db.batch_execute("UPDATE web_pages SET slug = 'a2' WHERE slug = 'a'")
+        .unwrap();
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/th/a moved",
+            "https://www.example.com/th/a2 created"
+        ]
+    );
+}
+
 /// A session at REPEATABLE READ whose snapshot predates a new watch does not capture for it in
 /// that transaction (as before), and captures for it from its next transaction on.
 #[test]

@@ -15,7 +15,7 @@ use postgres::Client;
 use std::time::Duration;
 
 const SECONDS: fn(u64) -> Duration = Duration::from_secs;
-const CURRENT: &str = "0.3.0";
+const CURRENT: &str = "0.4.0";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
@@ -78,6 +78,11 @@ fn queue_and_history(db: &mut Client) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_install() {
+    upgrade_from("0.3.0", 19);
+}
+
+#[test]
+fn an_upgrade_from_the_release_before_keeps_everything_and_equals_a_fresh_install() {
     upgrade_from("0.2.0", 14);
 }
 
@@ -301,7 +306,8 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     );
 
     // The upgraded extension equals a fresh install (the user's grant aside), and the watches
-    // made before the update store the statements the same watches made now store.
+    // made before the update are stored as the same watches made now (their statements are
+    // generated from that, wherever they are used).
     db.batch_execute("REVOKE EXECUTE ON FUNCTION indexnow_status() FROM monitoring")
         .unwrap();
     let mut fresh = cluster.create_db_with_extension("fresh");
@@ -317,7 +323,8 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         .unwrap();
     let statements = |db: &mut Client| -> Vec<String> {
         db.query(
-            "SELECT concat_ws(E'\n', id, tbl, ignore, expression_columns, rows_keys, rows_all, derive_keys, derive_all) \
+            "SELECT concat_ws(E'\n', id, tbl, url, url_sql, visible, ignore, publish_at, \
+                              hidden_reason, expression_columns, active) \
                FROM indexnow_watches ORDER BY id",
             &[],
         )
@@ -331,7 +338,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     for (upgraded, made_now) in upgraded.iter().zip(&made_now) {
         assert!(
             upgraded == made_now,
-            "a watch's statements after the update differ from the same watch's made now:\n\
+            "a watch after the update differs from the same watch made now:\n\
              after the update: {upgraded}\nmade now: {made_now}"
         );
     }
@@ -339,7 +346,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     // the capture triggers on the related table's partition.
     let relations = |db: &mut Client| -> Vec<String> {
         db.query(
-            "SELECT concat_ws(E'\n', watch_id, tbl, dependents, \
+            "SELECT concat_ws(E'\n', watch_id, tbl, \
                       (SELECT count(*) FROM pg_trigger \
                         WHERE tgrelid = 'shelves_low'::regclass AND tgname LIKE 'indexnow_capture_%')) \
                FROM indexnow_relations ORDER BY watch_id, tbl",

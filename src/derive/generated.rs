@@ -1,0 +1,217 @@
+//! A watch's statements, generated where they are used from what `indexnow_watch()` stored (its
+//! arguments, as checked) and from its table as the catalog has it now; kept per backend until an
+//! invalidation says either changed.
+//!
+//! Nothing generated is stored, so nothing stored can be stale: an `ALTER TABLE` (a column added,
+//! a table renamed), a restore into another database, or a new release's library gets statements
+//! for the table and the code as they are. What a watch is made of is in one place, [`definition`];
+//! `indexnow_watch()` and a watch made again after DDL check the arguments and store them, and
+//! come here for the statements like every other user.
+//!
+//! An entry is dropped as `crate::capture`'s cache of written tables is, by relation-cache
+//! invalidations: of the watched table (any `ALTER TABLE`, a key added or dropped), and of
+//! `indexnow_watches` or `indexnow_relations`, whose statement trigger invalidates them on every
+//! write, heard by every backend at that transaction's commit (by this one at its next command,
+//! and at a rollback). An entry read from a snapshot older than the latest committed state
+//! (REPEATABLE READ, SERIALIZABLE) serves its caller and is not kept.
+
+use super::key;
+use super::statements::{PublishAt, Statements, UrlSource, WatchDefinition};
+use super::template;
+use crate::plan_cache;
+use crate::queue::Reason;
+use crate::quote::quote_ident;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+thread_local! {
+    static GENERATED: RefCell<HashMap<i32, Rc<Statements>>> = RefCell::new(HashMap::new());
+    /// Bumped by every invalidation that drops entries: an entry generated while one arrived is
+    /// used once and not kept.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// The tables whose invalidation drops every entry: the watched tables of the entries, and
+    /// `indexnow_watches` and `indexnow_relations`.
+    static DEPENDS_ON: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
+    static REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// What `indexnow_watch()` stored of a watch, and its table as the catalog has it now.
+pub struct Stored {
+    pub watch_id: i32,
+    /// The table, schema-qualified and quoted (`None`: it is gone).
+    pub table: Option<String>,
+    pub table_oid: pg_sys::Oid,
+    /// Its columns, in order.
+    pub columns: Vec<String>,
+    /// Its primary key: (column, SQL type).
+    pub key: Vec<(String, String)>,
+    pub url: Option<String>,
+    pub url_sql: Option<String>,
+    pub visible: Option<String>,
+    pub ignore: Vec<String>,
+    pub publish_at: Option<String>,
+    pub hidden_reason: String,
+    pub time_zone: String,
+}
+
+/// The statements of watch `watch_id`, or why it has none (its table is gone, it has no primary
+/// key now, an argument no longer reads as one): a derivation then finds the watch broken.
+pub fn of(ext: &str, watch_id: i32) -> Result<Rc<Statements>, String> {
+    // SAFETY: takes in this backend's pending invalidations (a watch changed by another session
+    // since this transaction last took a lock is seen now).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    if let Some(found) = GENERATED.with(|g| g.borrow().get(&watch_id).cloned()) {
+        return Ok(found);
+    }
+    register_callback();
+    let generation = GENERATION.get();
+    let stored = stored(ext, watch_id)?;
+    let statements = Rc::new(definition(ext, &stored)?.statements());
+    // SAFETY: a plain read of this backend's isolation level.
+    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
+    if GENERATION.get() == generation && read_committed {
+        GENERATED.with(|g| g.borrow_mut().insert(watch_id, statements.clone()));
+    }
+    Ok(statements)
+}
+
+/// The statements of watch `watch_id` generated afresh, for `indexnow_watch()` and a watch made
+/// again: they have just stored its arguments, and must not be served an entry of before.
+pub fn again(ext: &str, watch_id: i32) -> Result<Rc<Statements>, String> {
+    GENERATED.with(|g| g.borrow_mut().remove(&watch_id));
+    of(ext, watch_id)
+}
+
+/// What watch `watch_id`'s statements are generated from. The rule that turns it into a
+/// definition is [`definition`].
+fn stored(ext: &str, watch_id: i32) -> Result<Stored, String> {
+    let sql = format!(
+        "SELECT w.tbl::pg_catalog.oid, pg_catalog.format('%I.%I', n.nspname, c.relname), \
+                ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a \
+                       WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid \
+                         AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+                       ORDER BY a.attnum), \
+                w.url, w.url_sql, w.visible, w.ignore, w.publish_at, w.hidden_reason, \
+                w.time_zone, \
+                '{ext}.indexnow_watches'::pg_catalog.regclass::pg_catalog.oid, \
+                '{ext}.indexnow_relations'::pg_catalog.regclass::pg_catalog.oid \
+           FROM {ext}.indexnow_watches w \
+           LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) w.tbl \
+           LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+          WHERE w.id OPERATOR(pg_catalog.=) $1"
+    );
+    let found = Spi::connect(|client| {
+        let rows = plan_cache::read(client, &sql, &[watch_id.into()])?;
+        if rows.is_empty() {
+            return Ok::<_, pgrx::spi::Error>(None);
+        }
+        let r = rows.first();
+        let table_oid: pg_sys::Oid = r.get(1)?.unwrap_or(pg_sys::InvalidOid);
+        let depends_on = [table_oid, r.get(11)?.unwrap(), r.get(12)?.unwrap()];
+        Ok(Some((
+            Stored {
+                watch_id,
+                table: r.get(2)?,
+                table_oid,
+                columns: r.get(3)?.unwrap_or_default(),
+                key: vec![],
+                url: r.get(4)?,
+                url_sql: r.get(5)?,
+                visible: r.get(6)?,
+                ignore: r.get(7)?.unwrap_or_default(),
+                publish_at: r.get(8)?,
+                hidden_reason: r.get(9)?.unwrap_or_default(),
+                time_zone: r.get(10)?.unwrap_or_default(),
+            },
+            depends_on,
+        )))
+    })
+    .unwrap_or_else(|e| error!("indexnow: reading watch {watch_id}: {e}"));
+    let Some((mut stored, depends_on)) = found else {
+        return Err(format!("there is no watch {watch_id}"));
+    };
+    DEPENDS_ON.with(|d| {
+        let mut d = d.borrow_mut();
+        for oid in depends_on {
+            if !d.contains(&oid) {
+                d.push(oid);
+            }
+        }
+    });
+    if stored.table.is_some() {
+        stored.key = key::columns(stored.table_oid);
+    }
+    Ok(stored)
+}
+
+/// The definition a watch's statements are generated from: its stored arguments over its table
+/// as it is now. Every content column is one the watch does not ignore; a `publish_at` that names
+/// a column reads it, any other is an expression over the row.
+pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String> {
+    let table = stored
+        .table
+        .clone()
+        .ok_or_else(|| "its table is gone".to_string())?;
+    if stored.key.is_empty() {
+        return Err(format!(
+            "{table} has no primary key now: its rows are derived once it has one again"
+        ));
+    }
+    let url = match (&stored.url, &stored.url_sql) {
+        (Some(template), _) => UrlSource::Template(template::parse(template)?),
+        (None, Some(sql)) => UrlSource::Sql(sql.clone()),
+        (None, None) => return Err("it has no URL".into()),
+    };
+    let publish_at = stored.publish_at.as_ref().map(|given| PublishAt {
+        sql: if stored.columns.contains(given) {
+            format!("r.{}", quote_ident(given))
+        } else {
+            format!("({given})")
+        },
+        time_zone: stored.time_zone.clone(),
+    });
+    let hidden_reason: Reason = stored
+        .hidden_reason
+        .parse()
+        .map_err(|e: crate::queue::UnknownReason| e.to_string())?;
+    Ok(WatchDefinition {
+        watch_id: stored.watch_id,
+        ext: ext.to_string(),
+        table,
+        key: stored.key.clone(),
+        public: stored
+            .columns
+            .iter()
+            .filter(|c| !stored.ignore.contains(c))
+            .cloned()
+            .collect(),
+        url,
+        visible: stored.visible.clone(),
+        publish_at,
+        hidden_reason,
+    })
+}
+
+fn register_callback() {
+    if !REGISTERED.replace(true) {
+        // SAFETY: registers a callback for this backend's lifetime; it only touches this
+        // module's thread-local cache.
+        unsafe {
+            pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0));
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    // An entry being generated while this arrives is used once and not kept.
+    GENERATION.set(GENERATION.get() + 1);
+    let dropped = relid == pg_sys::InvalidOid || DEPENDS_ON.with(|d| d.borrow().contains(&relid));
+    if dropped {
+        // (no borrow of these spans a call into PostgreSQL, so none is held here)
+        GENERATED.with(|g| g.borrow_mut().clear());
+        DEPENDS_ON.with(|d| d.borrow_mut().clear());
+    }
+}
