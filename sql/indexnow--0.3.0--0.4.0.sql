@@ -36,3 +36,13 @@ RETURN pg_catalog.timezone(zone, at);
 CREATE FUNCTION @extschema@._indexnow_publish_time(at date, zone text) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN pg_catalog.timezone(zone, at::pg_catalog.timestamp);
+
+-- The sources are found by a hash of the row's key first (an integer compares in one step; the
+-- jsonb key container by container). Adding the generated column computes it for every source
+-- (the table is rewritten: seconds for a million sources).
+ALTER TABLE @extschema@.indexnow_sources
+    ADD COLUMN key_hash bigint NOT NULL
+        GENERATED ALWAYS AS (pg_catalog.hashtextextended(row_key::pg_catalog.text, 0)) STORED;
+ALTER TABLE @extschema@.indexnow_sources
+    DROP CONSTRAINT indexnow_sources_pkey,
+    ADD CONSTRAINT indexnow_sources_pkey PRIMARY KEY (watch_id, key_hash, row_key);
