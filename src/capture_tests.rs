@@ -898,11 +898,23 @@ fn a_change_of_stored_value_is_a_change_even_when_the_type_calls_them_equal() {
 #[pg_test]
 fn watches_that_cannot_work_are_refused() {
     run("CREATE TABLE pages (id int PRIMARY KEY, slug text, n int, live boolean)");
+    let too_long = format!(
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/{}/{{slug}}')",
+        "a".repeat(2030)
+    );
     let cases = [
+        (too_long.as_str(), "makes URLs of at least 2056 bytes"),
+        ("SELECT indexnow_watch('pages', url => 'https://shop.test/{slug}')", "is under .test, a domain reserved for special use"),
+        ("SELECT indexnow_watch('pages', url => 'https://www.example.com:0/{slug}')", "the URL's port is 0"),
         ("SELECT indexnow_watch('pages', url_sql => 'n')", "url_sql must be a text expression over public.pages; \"n\" is integer"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'count(*) > 0')", "aggregate functions are not allowed"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'row_number() over () = 1')", "window functions are not allowed"),
         ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'live)) FROM pages; SELECT ((true')", "visible is not a valid SQL expression"),
+        // (valid in the parentheses the statements put them in, and more than one expression:
+        // every row public, every URL the first part)
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => $$live) OR (true$$)", "visible must be one SQL expression over the row; \"live) OR (true\" is not"),
+        ("SELECT indexnow_watch('pages', url_sql => $$'https://x.com/' || slug) || ('/x'$$)", "url_sql must be one SQL expression over the row"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', publish_at => $$now()) - (interval '1 day'$$)", "publish_at must be one SQL expression over the row"),
         ("SELECT indexnow_watch('pages', url => 'https://localhost/{slug}')", "does not make a URL that can be submitted"),
         ("SELECT indexnow_watch('pages', url => 'www.example.com/{slug}')", "must start with https:// or http://"),
         ("SELECT indexnow_watch('indexnow_urls', url => 'https://x.com/{url}')", "is one of indexnow's own tables"),

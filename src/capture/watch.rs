@@ -134,16 +134,67 @@ fn describe(oid: pg_sys::Oid) -> Table {
 }
 
 /// The type of `expr` over a row of `table` (checked in a subtransaction: an expression that does
-/// not parse is an ERROR naming the argument).
+/// not parse is an ERROR naming the argument), which must be one expression
+/// ([`check_one_expression`]).
 fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
-    spi(
+    let ty = spi(
         "checking an expression",
         Spi::get_one_with_args::<String>(
             &format!("SELECT {ext}._indexnow_expression_type($1, $2, $3)"),
             &[table.qualified.as_str().into(), expr.into(), what.into()],
         ),
     )
-    .unwrap_or_default()
+    .unwrap_or_default();
+    // (valid in parentheses: may it be more than one?)
+    check_one_expression(expr, what);
+    ty
+}
+
+/// Refuses `expr` (the argument `what`) unless it is one SQL expression. The statements use it in
+/// parentheses, where text that closes them would read as more (`status = 'published') OR
+/// (true` is `(status = 'published') OR (true)`: every row public): `SELECT <expr>` must parse as
+/// one statement selecting one value, and nothing else.
+fn check_one_expression(expr: &str, what: &str) {
+    let sql = std::ffi::CString::new(format!("SELECT {expr}"))
+        .unwrap_or_else(|_| watch_error(format!("{what} contains a NUL character")));
+    // SAFETY: the raw parser reads the string, which lives across the call, and allocates the
+    // tree in the subtransaction's memory, which it is read in; a syntax error is an ERROR,
+    // caught by the subtransaction.
+    let one = crate::subtransaction::run(|| unsafe {
+        let statements = pgrx::PgList::<pg_sys::RawStmt>::from_pg(pg_sys::raw_parser(
+            sql.as_ptr(),
+            pg_sys::RawParseMode::RAW_PARSE_DEFAULT,
+        ));
+        let Some(raw) = statements.get_ptr(0).filter(|_| statements.len() == 1) else {
+            return false;
+        };
+        let statement = (*raw).stmt;
+        if !pgrx::is_a(statement, pg_sys::NodeTag::T_SelectStmt) {
+            return false;
+        }
+        let select = &*(statement as *mut pg_sys::SelectStmt);
+        pgrx::PgList::<pg_sys::Node>::from_pg(select.targetList).len() == 1
+            && select.op == pg_sys::SetOperation::SETOP_NONE
+            && select.distinctClause.is_null()
+            && select.intoClause.is_null()
+            && select.fromClause.is_null()
+            && select.whereClause.is_null()
+            && select.groupClause.is_null()
+            && select.havingClause.is_null()
+            && select.windowClause.is_null()
+            && select.valuesLists.is_null()
+            && select.sortClause.is_null()
+            && select.limitOffset.is_null()
+            && select.limitCount.is_null()
+            && select.lockingClause.is_null()
+            && select.withClause.is_null()
+    });
+    if !matches!(one, Ok(true)) {
+        watch_error(format!(
+            "{what} must be one SQL expression over the row; {} is not",
+            shown(expr)
+        ));
+    }
 }
 
 /// The columns of `table` that `expr` reads (`None` when that cannot be found out: the caller may

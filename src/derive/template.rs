@@ -136,6 +136,21 @@ pub fn literal_problem(parts: &[Part]) -> Option<String> {
     else {
         return Some("must start with https:// or http://".into());
     };
+    // Each column gives at least one character (an empty value makes no URL).
+    let shortest: usize = parts
+        .iter()
+        .map(|p| match p {
+            Part::Literal(text) => text.len(),
+            Part::Column(_) => 1,
+        })
+        .sum();
+    if shortest > indexnow_protocol::submittable::MAX_URL_BYTES {
+        return Some(format!(
+            "makes URLs of at least {shortest} bytes (its fixed part, and a character for each \
+             column): longer than the {} bytes a URL can be submitted with",
+            indexnow_protocol::submittable::MAX_URL_BYTES
+        ));
+    }
     if !rest.contains('/') {
         return None; // the host goes on in a column
     }
@@ -202,6 +217,13 @@ mod tests {
         assert!(problem("https://localhost/{slug}").is_some());
         assert!(problem("https://10.0.0.1/{slug}").is_some());
         assert!(problem("https://user@www.example.com/{slug}").is_some());
+        // Its fixed part alone longer than a URL may be: every row would be skipped.
+        let long = |n: usize| format!("https://www.example.com/{}/{{slug}}", "a".repeat(n));
+        let at_most = long(2048 - "https://www.example.com//".len() - 1);
+        assert_eq!(problem(&at_most), None);
+        assert!(problem(&long(2048))
+            .unwrap()
+            .contains("longer than the 2048 bytes"));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Which URLs may be submitted to IndexNow, and the one form each is stored and sent in.
 //!
 //! A URL is submittable when it is an absolute http(s) URL of at most 2048 bytes, with no user
-//! info, on a host that a search engine could reach: not `localhost` (or a name under it), not
-//! `metadata.google.internal`, not a private, loopback, link-local or reserved IP address.
+//! info, on a host that a search engine could reach: not `localhost` (or a name under it), not a
+//! name under a top-level domain reserved for special use (`.test`, `.invalid`, `.local`,
+//! `.internal`), not `metadata.google.internal`, not a private, loopback, link-local or reserved
+//! IP address, and not on port 0.
 //! Parsing is the `url` crate's (WHATWG rules), so `http://2130706433/` is seen as 127.0.0.1 and
 //! `http://EXAMPLE.com:443` and `https://example.com/` are the same URL.
 //!
@@ -49,6 +51,14 @@ pub enum UrlProblem {
     UserInfo,
     NoHost,
     Localhost(String),
+    /// A name under a top-level domain reserved for special use: `.test` and `.invalid` (RFC
+    /// 6761), `.local` (multicast DNS, RFC 6762), `.internal` (private use, ICANN 2024).
+    SpecialUse {
+        host: String,
+        domain: &'static str,
+    },
+    /// Port 0: no server listens on it.
+    PortZero,
     CloudMetadata(String),
     NonPublicIp {
         ip: String,
@@ -113,6 +123,12 @@ impl fmt::Display for UrlProblem {
                 f,
                 "the URL's host \"{h}\" is localhost: search engines cannot fetch it"
             ),
+            UrlProblem::SpecialUse { host, domain } => write!(
+                f,
+                "the URL's host \"{host}\" is under .{domain}, a domain reserved for special use \
+                 that no search engine resolves"
+            ),
+            UrlProblem::PortZero => write!(f, "the URL's port is 0: no server listens on it"),
             UrlProblem::CloudMetadata(h) => write!(
                 f,
                 "the URL's host \"{h}\" is a cloud metadata service: it cannot be submitted"
@@ -180,6 +196,9 @@ pub fn submittable_url(input: &str) -> Result<SubmittableUrl, UrlProblem> {
         }
     }
     check_host(url.host().ok_or(UrlProblem::NoHost)?)?;
+    if url.port() == Some(0) {
+        return Err(UrlProblem::PortZero);
+    }
     url.set_fragment(None);
     if !percent_encoding_is_whole(url.as_str()) {
         return Err(UrlProblem::BadPercentEncoding);
@@ -224,6 +243,11 @@ fn percent_encoding_is_whole(url: &str) -> bool {
     })
 }
 
+/// Top-level domains reserved for special use, which no public resolver answers for (see
+/// [`UrlProblem::SpecialUse`]). (`.example` and `example.com` are reserved for documentation but
+/// resolve: they stay submittable, as the examples use them.)
+const SPECIAL_USE: [&str; 4] = ["test", "invalid", "local", "internal"];
+
 fn check_host(host: Host<&str>) -> Result<(), UrlProblem> {
     match host {
         Host::Domain(name) => {
@@ -232,6 +256,14 @@ fn check_host(host: Host<&str>) -> Result<(), UrlProblem> {
                 Err(UrlProblem::Localhost(name.to_string()))
             } else if bare == "metadata.google.internal" {
                 Err(UrlProblem::CloudMetadata(name.to_string()))
+            } else if let Some(domain) = SPECIAL_USE
+                .iter()
+                .find(|d| bare == **d || bare.ends_with(&format!(".{d}")))
+            {
+                Err(UrlProblem::SpecialUse {
+                    host: name.to_string(),
+                    domain,
+                })
             } else if bare.is_empty() {
                 Err(UrlProblem::NoHost)
             } else if !bare.contains('.') {
@@ -441,6 +473,35 @@ mod tests {
                 "http://metadata.google.internal/computeMetadata/v1/",
                 UrlProblem::CloudMetadata("metadata.google.internal".into()),
             ),
+            (
+                "https://shop.test/x",
+                UrlProblem::SpecialUse {
+                    host: "shop.test".into(),
+                    domain: "test",
+                },
+            ),
+            (
+                "https://www.example.invalid/x",
+                UrlProblem::SpecialUse {
+                    host: "www.example.invalid".into(),
+                    domain: "invalid",
+                },
+            ),
+            (
+                "http://printer.local/",
+                UrlProblem::SpecialUse {
+                    host: "printer.local".into(),
+                    domain: "local",
+                },
+            ),
+            (
+                "https://wiki.corp.internal/a",
+                UrlProblem::SpecialUse {
+                    host: "wiki.corp.internal".into(),
+                    domain: "internal",
+                },
+            ),
+            ("https://www.example.com:0/x", UrlProblem::PortZero),
             (
                 "http://127.0.0.1/",
                 UrlProblem::NonPublicIp {
