@@ -100,8 +100,7 @@ BEGIN
          _indexnow_capture_target('https://www.example.com/w/' || r.slug, r.live) x
    WHERE r.id = k;
   PERFORM FROM indexnow_sources
-    WHERE watch_id = $watch_id AND key_hash = hashtextextended(rk::text, 0) AND row_key = rk
-      AND url_hash = the_hash AND fingerprint <> fp;
+    WHERE watch_id = $watch_id AND row_key = rk AND url_hash = the_hash AND fingerprint <> fp;
   IF FOUND THEN
     INSERT INTO indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at,
                                     available_at, watch_id)
@@ -113,8 +112,7 @@ BEGIN
     ON CONFLICT (url_hash) DO UPDATE SET reason = excluded.reason, changed_at = excluded.changed_at,
        queued_at = excluded.queued_at, available_at = excluded.available_at,
        request_seq = u.request_seq + 1;
-    UPDATE indexnow_sources SET fingerprint = fp
-     WHERE watch_id = $watch_id AND key_hash = hashtextextended(rk::text, 0) AND row_key = rk;
+    UPDATE indexnow_sources SET fingerprint = fp WHERE watch_id = $watch_id AND row_key = rk;
   END IF;
 END \$\$;
 SQL
@@ -150,9 +148,7 @@ LANGUAGE sql AS \$\$
       CROSS JOIN LATERAL
            _indexnow_capture_target('https://www.example.com/b/' || r.slug, r.live) x),
   ch AS (
-    SELECT r.* FROM r JOIN indexnow_sources s ON s.watch_id = -1
-                                       AND s.key_hash = hashtextextended(r.row_key::text, 0)
-                                       AND s.row_key = r.row_key
+    SELECT r.* FROM r JOIN indexnow_sources s ON s.watch_id = -1 AND s.row_key = r.row_key
      WHERE s.url_hash = r.url_hash AND s.fingerprint <> r.fp),
   q AS (
     INSERT INTO indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at,
@@ -164,8 +160,7 @@ LANGUAGE sql AS \$\$
     RETURNING 1),
   s AS (
     UPDATE indexnow_sources s SET fingerprint = ch.fp FROM ch
-     WHERE with_sources AND s.watch_id = -1
-       AND s.key_hash = hashtextextended(ch.row_key::text, 0) AND s.row_key = ch.row_key
+     WHERE with_sources AND s.watch_id = -1 AND s.row_key = ch.row_key
     RETURNING 1)
   SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM s)
 \$\$;

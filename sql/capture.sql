@@ -25,41 +25,6 @@ BEGIN
 END
 $$;
 
--- For indexnow_watch(): the columns of tbl that an expression over its row `r` reads (inside a
--- subquery too), as PostgreSQL's own dependency records have them: a temporary view of the
--- expression is made, read and rolled back. NULL — not known, so the UPDATE gate compares every
--- column — when the expression reads the whole row (`is_public(r)`: which columns the function
--- reads is not recorded), when the role may not make temporary objects, or when the view cannot
--- be made.
-CREATE FUNCTION _indexnow_expression_columns(tbl text, expr text) RETURNS text[]
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    columns text[];
-BEGIN
-    BEGIN
-        EXECUTE format('CREATE TEMPORARY VIEW indexnow_expression_probe AS SELECT (%s) AS x FROM %s r',
-                       expr, tbl);
-        SELECT coalesce(pg_catalog.array_agg(DISTINCT a.attname::text), '{}') INTO columns
-          FROM pg_catalog.pg_rewrite w
-          JOIN pg_catalog.pg_depend d
-            ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
-          JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-         WHERE w.ev_class = 'pg_temp.indexnow_expression_probe'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND d.refobjid = tbl::pg_catalog.regclass AND d.refobjsubid > 0;
-        IF pg_catalog.strpos(pg_catalog.pg_get_viewdef('pg_temp.indexnow_expression_probe'::pg_catalog.regclass),
-                             'r.*') > 0 THEN
-            columns := NULL;
-        END IF;
-        RAISE EXCEPTION USING ERRCODE = 'INXP1';  -- undo the view
-    EXCEPTION
-        WHEN SQLSTATE 'INXP1' THEN RETURN columns;
-        WHEN OTHERS THEN RETURN NULL;
-    END;
-END
-$$;
-
 -- Partitions and inheritance children that join or leave a watched table's tree after it was
 -- watched (src/capture/partitions.rs), a watched table altered, and a schema renamed under a
 -- watched or related table (src/capture/watch.rs). Never fails the DDL it follows: a problem is a
@@ -131,8 +96,8 @@ CREATE FUNCTION _indexnow_before_ddl() RETURNS event_trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
-    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE FOREIGN TABLE', 'ALTER FOREIGN TABLE',
-                  'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE TABLE', 'CREATE FOREIGN TABLE',
+                  'ALTER FOREIGN TABLE', 'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION _indexnow_before_ddl();
 
 -- For a watch's row statement (src/derive/statements.rs): its publish_at as a point in time,

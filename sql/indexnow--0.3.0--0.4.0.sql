@@ -37,12 +37,14 @@ CREATE FUNCTION @extschema@._indexnow_publish_time(at date, zone text) RETURNS t
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN pg_catalog.timezone(zone, at::pg_catalog.timestamp);
 
--- The sources are found by a hash of the row's key first (an integer compares in one step; the
--- jsonb key container by container). Adding the generated column computes it for every source
--- (the table is rewritten: seconds for a million sources).
-ALTER TABLE @extschema@.indexnow_sources
-    ADD COLUMN key_hash bigint NOT NULL
-        GENERATED ALWAYS AS (pg_catalog.hashtextextended(row_key::pg_catalog.text, 0)) STORED;
-ALTER TABLE @extschema@.indexnow_sources
-    DROP CONSTRAINT indexnow_sources_pkey,
-    ADD CONSTRAINT indexnow_sources_pkey PRIMARY KEY (watch_id, key_hash, row_key);
+-- The columns a watch's expression reads are found by parse analysis in the library: the function
+-- that made a temporary view for it (which made PREPARE TRANSACTION fail) goes.
+DROP FUNCTION @extschema@._indexnow_expression_columns(text, text);
+
+-- An unlogged table made below a watched or related table (CREATE UNLOGGED TABLE ... PARTITION
+-- OF) is refused before it is made: the statement tells whether it is unlogged.
+DROP EVENT TRIGGER indexnow_before_ddl;
+CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
+    WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE TABLE', 'CREATE FOREIGN TABLE',
+                  'ALTER FOREIGN TABLE', 'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION @extschema@._indexnow_before_ddl();

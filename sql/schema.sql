@@ -163,11 +163,7 @@ CREATE TABLE indexnow_sources (
     publish_at  timestamptz,
     since       timestamptz NOT NULL,               -- since when this row gives this URL
                                                     --   (-infinity: public before it was watched)
-    -- what the primary key finds a row's source by first: an integer compares in one step, where
-    -- the jsonb key compares container by container (measured, pairing and upserting 10,000
-    -- sources of a million: 274-285 ms against 344-387 ms by the key alone)
-    key_hash    bigint NOT NULL GENERATED ALWAYS AS (hashtextextended(row_key::text, 0)) STORED,
-    CONSTRAINT indexnow_sources_pkey PRIMARY KEY (watch_id, key_hash, row_key)
+    PRIMARY KEY (watch_id, row_key)
 ) WITH (fillfactor = 70);
 -- fillfactor: a content change rewrites the row's fingerprint only (neither indexed column), and
 -- with room on the page that update is HOT. Measured, deriving 10,000 changed rows: the sources

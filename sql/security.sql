@@ -61,9 +61,10 @@ REVOKE ALL ON FUNCTION _indexnow_table_changed(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_schema_renamed(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_table_dropped(oid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_before_ddl() FROM PUBLIC;
--- _indexnow_expression_type() and _indexnow_expression_columns() stay PUBLIC: they run as their
--- caller (a watcher's expressions are checked with the watcher's rights) and tell only what the
--- caller could find out with a query.
+-- _indexnow_expression_type() stays PUBLIC: it runs as its caller (a watcher's expressions are
+-- checked with the watcher's rights) and tells only what the caller could find out with a query.
+-- So do _indexnow_url_part() and _indexnow_publish_time(), which a watch's row statement calls
+-- as the watch's maker: functions of their arguments alone.
 REVOKE ALL ON FUNCTION indexnow_push_now() FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_written_by_this_transaction(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_wake_launcher_at_commit() FROM PUBLIC;

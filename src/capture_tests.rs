@@ -895,6 +895,36 @@ fn a_change_of_stored_value_is_a_change_even_when_the_type_calls_them_equal() {
     assert_eq!(pending(), "https://www.example.com/p changed");
 }
 
+/// An unlogged table loses its rows at a crash without firing a trigger (their pages would stay
+/// announced): a watched or related tree has none, whether watched, made below, attached or set
+/// unlogged. One outside any watched tree is no concern of indexnow's.
+#[pg_test]
+fn unlogged_tables_are_refused_in_watched_trees() {
+    run("CREATE UNLOGGED TABLE scratch (id int PRIMARY KEY, slug text)");
+    run("CREATE TABLE parts (id int, slug text, PRIMARY KEY (id)) PARTITION BY RANGE (id)");
+    run("CREATE TABLE parts_low PARTITION OF parts FOR VALUES FROM (0) TO (100)");
+    run("CREATE UNLOGGED TABLE loose (id int PRIMARY KEY, slug text)");
+    run("CREATE TABLE plain (id int PRIMARY KEY, slug text)");
+    run("SELECT indexnow_watch('parts', url => 'https://www.example.com/p/{slug}')");
+    run("SELECT indexnow_watch('plain', url => 'https://www.example.com/q/{slug}')");
+    let cases = [
+        ("SELECT indexnow_watch('scratch', url => 'https://www.example.com/s/{slug}')", "public.scratch is an unlogged table: a crash empties it without firing a trigger"),
+        ("CREATE UNLOGGED TABLE parts_high PARTITION OF parts FOR VALUES FROM (100) TO (200)", "parts_high, in the tree of public.parts, is an unlogged table"),
+        ("ALTER TABLE parts ATTACH PARTITION loose FOR VALUES FROM (200) TO (300)", "public.loose, in the tree of public.parts, is an unlogged table"),
+        ("ALTER TABLE plain SET UNLOGGED", "public.plain is an unlogged table"),
+        ("ALTER TABLE parts_low SET UNLOGGED", "public.parts_low, in the tree of public.parts, is an unlogged table"),
+    ];
+    assert_refused(&cases, None);
+    assert_eq!(
+        count("SELECT count(*) FROM pg_class WHERE relpersistence = 'u' AND relkind IN ('r', 'p')"),
+        2
+    );
+    run("ALTER TABLE scratch SET LOGGED");
+    run("ALTER TABLE scratch SET UNLOGGED");
+    run("ALTER TABLE loose SET LOGGED");
+    run("ALTER TABLE parts ATTACH PARTITION loose FOR VALUES FROM (200) TO (300)");
+}
+
 #[pg_test]
 fn watches_that_cannot_work_are_refused() {
     run("CREATE TABLE pages (id int PRIMARY KEY, slug text, n int, live boolean)");
@@ -904,6 +934,11 @@ fn watches_that_cannot_work_are_refused() {
     );
     let cases = [
         (too_long.as_str(), "makes URLs of at least 2056 bytes"),
+        // Evaluated when a row is written: a clock in an expression is never followed.
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => 'live AND n < extract(year FROM now())')", "visible reads the clock (now())"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', visible => $$live OR current_date > '2020-01-01'$$)", "visible reads the clock (current_"),
+        ("SELECT indexnow_watch('pages', url_sql => $$'https://x.com/' || slug || age(timestamptz '2020-01-01')::text$$)", "url_sql reads the clock (age())"),
+        ("SELECT indexnow_watch('pages', url => 'https://x.com/{slug}', publish_at => $$'tomorrow'::timestamptz$$)", "publish_at reads the clock ('tomorrow')"),
         ("SELECT indexnow_watch('pages', url => 'https://shop.test/{slug}')", "is under .test, a domain reserved for special use"),
         ("SELECT indexnow_watch('pages', url => 'https://www.example.com:0/{slug}')", "the URL's port is 0"),
         ("SELECT indexnow_watch('pages', url_sql => 'n')", "url_sql must be a text expression over public.pages; \"n\" is integer"),
@@ -921,6 +956,8 @@ fn watches_that_cannot_work_are_refused() {
     ];
     assert_refused(&cases, None);
     assert_eq!(count("SELECT count(*) FROM indexnow_watches"), 0);
+    // A word of the clock that is not read as a time is none.
+    run("SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', visible => $$live AND slug <> 'now'$$)");
 }
 
 #[pg_test]

@@ -653,7 +653,7 @@ fn only_the_public_functions_are_named_indexnow() {
         internal.as_deref(),
         Some(
             "_indexnow_before_ddl _indexnow_capture _indexnow_capture_target \
-             _indexnow_expression_columns _indexnow_expression_type \
+             _indexnow_expression_type \
              _indexnow_on_ddl _indexnow_on_drop _indexnow_publish_time _indexnow_publish_time \
              _indexnow_publish_time _indexnow_schema_renamed _indexnow_table_changed \
              _indexnow_table_dropped _indexnow_url_part \

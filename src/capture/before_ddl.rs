@@ -96,6 +96,8 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         tables_joining(&*(parsetree as *mut pg_sys::AlterTableStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateForeignTableStmt) {
         foreign_table_created(&*(parsetree as *mut pg_sys::CreateForeignTableStmt))
+    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateStmt) {
+        unlogged_table_created(&*(parsetree as *mut pg_sys::CreateStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateTrigStmt) {
         capture_trigger_made(&*(parsetree as *mut pg_sys::CreateTrigStmt))
     } else {
@@ -105,9 +107,16 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         return pg_sys::Datum::from(0);
     };
     let ext = crate::extension::schema();
-    if let Seen::Tree { foreign, .. } = &seen {
-        // The one DDL refused: let through, it would fail every UPDATE and DELETE of the tree.
-        crate::derive::owner::as_extension_owner(|| refuse_foreign_joining(&ext, foreign));
+    if let Seen::Tree {
+        foreign, unlogged, ..
+    } = &seen
+    {
+        // The DDL refused: a foreign table below would fail every UPDATE and DELETE of the tree;
+        // an unlogged table loses its rows at a crash without a trigger.
+        crate::derive::owner::as_extension_owner(|| {
+            refuse_foreign_joining(&ext, foreign);
+            refuse_unlogged_joining(&ext, unlogged);
+        });
     }
     // Never fails the user's DDL: a problem is a WARNING (the end of the ALTER then says what
     // the watch could not follow).
@@ -166,12 +175,14 @@ enum Seen {
         name: String,
     },
     /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), the parents a table stops
-    /// inheriting from (`NO INHERIT`), and foreign tables coming below a parent (the foreign
-    /// table, the parent).
+    /// inheriting from (`NO INHERIT`), foreign tables coming below a parent (the foreign table,
+    /// the parent), and unlogged tables coming into a tree (the unlogged table, the parent or the
+    /// table made unlogged itself).
     Tree {
         joining: Vec<pg_sys::Oid>,
         left: Vec<pg_sys::Oid>,
         foreign: Vec<(String, pg_sys::Oid)>,
+        unlogged: Vec<(String, pg_sys::Oid)>,
     },
 }
 
@@ -334,6 +345,28 @@ unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Opti
         joining: vec![],
         left: vec![],
         foreign: parents.into_iter().map(|p| (foreign.clone(), p)).collect(),
+        unlogged: vec![],
+    })
+}
+
+/// An unlogged table made below parents (`CREATE UNLOGGED TABLE ... PARTITION OF`, `INHERITS`).
+unsafe fn unlogged_table_created(create: &pg_sys::CreateStmt) -> Option<Seen> {
+    if create.relation.is_null()
+        || (*create.relation).relpersistence != pg_sys::RELPERSISTENCE_UNLOGGED as std::ffi::c_char
+        || create.inhRelations.is_null()
+    {
+        return None;
+    }
+    let parents: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::RangeVar>::from_pg(create.inhRelations)
+        .iter_ptr()
+        .filter_map(|parent| relation_of(parent))
+        .collect();
+    let unlogged = range_var_label(create.relation);
+    (!parents.is_empty()).then(|| Seen::Tree {
+        joining: vec![],
+        left: vec![],
+        foreign: vec![],
+        unlogged: parents.into_iter().map(|p| (unlogged.clone(), p)).collect(),
     })
 }
 
@@ -522,8 +555,11 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
     }
     // (`IF EXISTS` of a table that is not there: nothing happens)
     let named = relation_of(alter.relation)?;
-    let (mut joining, mut left, mut foreign) = (vec![], vec![], vec![]);
+    let (mut joining, mut left, mut foreign, mut unlogged) = (vec![], vec![], vec![], vec![]);
     let mut join = |child: pg_sys::Oid, child_name: *mut pg_sys::RangeVar, parent: pg_sys::Oid| {
+        if let Some(table) = super::partitions::unlogged_at_or_below(child) {
+            unlogged.push((table, parent));
+        }
         if is_foreign(child) {
             foreign.push((range_var_label(child_name), parent));
         } else {
@@ -533,6 +569,7 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
             joining.push(child);
         }
     };
+    let mut set_unlogged = false;
     let commands = pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds);
     for command in commands.iter_ptr() {
         let def = (*command).def;
@@ -556,13 +593,19 @@ unsafe fn tables_joining(alter: &pg_sys::AlterTableStmt) -> Option<Seen> {
                 }
             }
             pg_sys::AlterTableType::AT_DropInherit => left.extend(parent_named()),
+            pg_sys::AlterTableType::AT_SetUnLogged => set_unlogged = true,
             _ => {}
         }
     }
-    (!joining.is_empty() || !left.is_empty() || !foreign.is_empty()).then_some(Seen::Tree {
+    if set_unlogged {
+        unlogged.push((super::triggers::table_qualified(named), named));
+    }
+    let any = !joining.is_empty() || !left.is_empty() || !foreign.is_empty();
+    (any || !unlogged.is_empty()).then_some(Seen::Tree {
         joining,
         left,
         foreign,
+        unlogged,
     })
 }
 
@@ -588,6 +631,29 @@ fn refuse_foreign_joining(ext: &str, foreign: &[(String, pg_sys::Oid)]) {
             .set_hint(
                 "End the watches of that table, and those that read it, with indexnow_unwatch() \
                  first, or keep the foreign table out of its tree.",
+            )
+            .report(PgLogLevel::ERROR);
+        }
+    }
+}
+
+/// Refuses an unlogged table coming into the tree of a watched or related table (made below it,
+/// attached, inheriting, or the table itself set unlogged): a crash empties an unlogged table
+/// without firing a trigger, and the pages of its rows would stay announced.
+fn refuse_unlogged_joining(ext: &str, unlogged: &[(String, pg_sys::Oid)]) {
+    for (table, at) in unlogged {
+        if let Some(watched) = super::partitions::watched_or_related_at_or_above(ext, *at) {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "indexnow: {}",
+                    super::partitions::UnloggedRefused(table, &watched)
+                ),
+                "indexnow",
+            )
+            .set_hint(
+                "End the watches of that table, and those that read it, with indexnow_unwatch() \
+                 first, or keep the table logged.",
             )
             .report(PgLogLevel::ERROR);
         }

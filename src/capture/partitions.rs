@@ -259,6 +259,43 @@ pub fn foreign_below(table: pg_sys::Oid) -> Option<String> {
     .unwrap_or_else(|e| error!("indexnow: looking for foreign tables below a table: {e}"))
 }
 
+/// An unlogged table at or below `table`, as `schema.name`, if there is one: a crash empties it
+/// without firing a trigger, so the pages of its rows would stay announced (watched and related
+/// trees refuse them).
+pub fn unlogged_at_or_below(table: pg_sys::Oid) -> Option<String> {
+    crate::plan_cache::get_one::<String>(
+        "WITH RECURSIVE down(oid) AS ( \
+           SELECT $1 \
+           UNION \
+           SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
+         SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) FROM down \
+           JOIN pg_catalog.pg_class c ON c.oid = down.oid \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+          WHERE c.relpersistence = 'u' ORDER BY 1 LIMIT 1",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for unlogged tables: {e}"))
+}
+
+/// Why an unlogged table is refused in a watched or related tree: `table` in the tree of `tree`.
+pub struct UnloggedRefused<'a>(pub &'a str, pub &'a str);
+
+impl std::fmt::Display for UnloggedRefused<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let UnloggedRefused(table, tree) = self;
+        let which = if table == tree {
+            format!("{table} is an unlogged table")
+        } else {
+            format!("{table}, in the tree of {tree}, is an unlogged table")
+        };
+        write!(
+            f,
+            "{which}: a crash empties it without firing a trigger, and the pages of its rows \
+             would stay announced; make it logged (ALTER TABLE ... SET LOGGED)"
+        )
+    }
+}
+
 /// `table` and every table below it.
 pub fn with_descendants(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     let mut all = vec![table];

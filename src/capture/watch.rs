@@ -147,6 +147,7 @@ fn expression_type(ext: &str, table: &Table, expr: &str, what: &str) -> String {
     .unwrap_or_default();
     // (valid in parentheses: may it be more than one?)
     check_one_expression(expr, what);
+    check_no_clock(table, expr, what);
     ty
 }
 
@@ -197,16 +198,201 @@ fn check_one_expression(expr: &str, what: &str) {
     }
 }
 
-/// The columns of `table` that `expr` reads (`None` when that cannot be found out: the caller may
-/// not make a temporary view).
-fn expression_columns(ext: &str, table: &Table, expr: &str) -> Option<Vec<String>> {
-    spi(
-        "finding the columns an expression reads",
-        Spi::get_one_with_args::<Vec<String>>(
-            &format!("SELECT {ext}._indexnow_expression_columns($1, $2)"),
-            &[table.qualified.as_str().into(), expr.into()],
-        ),
-    )
+/// Runs `f` on `expr` analyzed as PostgreSQL analyzes `SELECT (expr) FROM table r` (the query,
+/// and its text): no object is made, nothing is run. `None` when it does not analyze (an ERROR,
+/// caught) or `f` finds nothing to say.
+fn analyzed<R>(
+    table: &Table,
+    expr: &str,
+    f: impl FnOnce(*mut pg_sys::Query, &str) -> Option<R>,
+) -> Option<R> {
+    let text = format!("SELECT ({expr}) FROM {} r", table.qualified);
+    let sql = std::ffi::CString::new(text.as_str()).ok()?;
+    // SAFETY: the parser and the analyzer read the string, which lives across the calls, and
+    // allocate in the subtransaction's memory, which `f` reads the tree in; an ERROR is caught by
+    // the subtransaction.
+    crate::subtransaction::run(|| unsafe {
+        let statements = pgrx::PgList::<pg_sys::RawStmt>::from_pg(pg_sys::raw_parser(
+            sql.as_ptr(),
+            pg_sys::RawParseMode::RAW_PARSE_DEFAULT,
+        ));
+        let query = pg_sys::parse_analyze_fixedparams(
+            statements.get_ptr(0)?,
+            sql.as_ptr(),
+            std::ptr::null(),
+            0,
+            std::ptr::null_mut(),
+        );
+        f(query, &text)
+    })
+    .ok()
+    .flatten()
+}
+
+/// The columns of `table` (`oid`) that `expr` reads, inside a subquery too (`None` when that
+/// cannot be known: it reads the whole row, `is_public(r)`, and which columns a function reads is
+/// not recorded). Found by parse analysis of the expression over the row, as PostgreSQL records a
+/// view's dependencies, but with no view made: a temporary one made `PREPARE TRANSACTION` fail
+/// for the transaction that watched a table, or altered a watched one.
+fn expression_columns(oid: pg_sys::Oid, table: &Table, expr: &str) -> Option<Vec<String>> {
+    // SAFETY: the query is the analyzer's, read in the memory it was made in.
+    analyzed(table, expr, |query, _| unsafe {
+        // Every Var of the query's own level, those in subqueries that refer to it included;
+        // the row `r` is its one table, range-table entry 1.
+        let vars = pgrx::PgList::<pg_sys::Node>::from_pg(pg_sys::pull_vars_of_level(
+            (*query).targetList as *mut pg_sys::Node,
+            0,
+        ));
+        let mut columns: Vec<String> = vec![];
+        for node in vars.iter_ptr() {
+            if !pgrx::is_a(node, pg_sys::NodeTag::T_Var) {
+                return None;
+            }
+            let var = &*(node as *mut pg_sys::Var);
+            if var.varno as i64 != 1 || var.varattno < 0 {
+                continue;
+            }
+            if var.varattno == 0 {
+                return None;
+            }
+            let name = std::ffi::CStr::from_ptr(pg_sys::get_attname(oid, var.varattno, false))
+                .to_string_lossy()
+                .into_owned();
+            if !columns.contains(&name) {
+                columns.push(name);
+            }
+        }
+        columns.sort();
+        Some(columns)
+    })
+}
+
+/// Refuses `expr` (the argument `what`) when it reads the clock: a watch's expressions are
+/// evaluated when a row is written, so a page whose `visible` says `published_at <= now()` would
+/// never become public at that time, nor an expired one stop being public, without a write.
+/// Found in the analyzed expression: a call of `now()`, `current_timestamp` and its kin,
+/// `clock_timestamp()`, `statement_timestamp()`, `transaction_timestamp()`, `timeofday()`, the
+/// one-argument `age()`, and a date or time literal the parser reads as the clock (`'now'`,
+/// `'today'`, `'tomorrow'`, `'yesterday'`). (A function of the user's that reads the clock
+/// inside is not seen.)
+fn check_no_clock(table: &Table, expr: &str, what: &str) {
+    // SAFETY: the query is the analyzer's, read in the memory it was made in.
+    let clock = analyzed(table, expr, |query, text| unsafe {
+        let tree = std::ffi::CStr::from_ptr(pg_sys::nodeToString(
+            (*query).targetList as *const std::ffi::c_void,
+        ))
+        .to_string_lossy()
+        .into_owned();
+        clock_read_in(&tree, text)
+    });
+    if let Some(clock) = clock {
+        watch_error(format!(
+            "{what} reads the clock ({clock}): a watch evaluates it when a row is written, so a \
+             page would not become public, or stop being public, at that time without a write; \
+             give the time as publish_at (a column or an expression of the row), which indexnow \
+             follows by itself"
+        ));
+    }
+}
+
+/// The first clock an analyzed expression (`tree`, as `nodeToString` prints it; `text`, the
+/// statement its locations are in) reads: see [`check_no_clock`].
+fn clock_read_in(tree: &str, text: &str) -> Option<String> {
+    // (`current_date` and its kin are functions from PostgreSQL 16 on, SQL value functions
+    // before)
+    const CLOCK_FUNCTIONS: [&str; 10] = [
+        "now",
+        "clock_timestamp",
+        "statement_timestamp",
+        "transaction_timestamp",
+        "timeofday",
+        "current_date",
+        "current_time",
+        "current_timestamp",
+        "localtime",
+        "localtimestamp",
+    ];
+    const CLOCK_WORDS: [&str; 4] = ["now", "today", "tomorrow", "yesterday"];
+    let time_types = [
+        pg_sys::DATEOID,
+        pg_sys::TIMEOID,
+        pg_sys::TIMETZOID,
+        pg_sys::TIMESTAMPOID,
+        pg_sys::TIMESTAMPTZOID,
+    ];
+    let tokens: Vec<&str> = tree
+        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '}'))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let value_after = |from: usize, field: &str| -> Option<i64> {
+        tokens[from..]
+            .iter()
+            .position(|t| *t == field)
+            .and_then(|at| tokens.get(from + at + 1))
+            .and_then(|v| v.parse().ok())
+    };
+    for (i, token) in tokens.iter().enumerate() {
+        match *token {
+            ":funcid" | ":opfuncid" => {
+                let Some(oid) = tokens.get(i + 1).and_then(|v| v.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let oid = pg_sys::Oid::from(oid);
+                // SAFETY: syscache lookups of a function the analyzer resolved.
+                let (name, args, in_catalog) = unsafe {
+                    let name = pg_sys::get_func_name(oid);
+                    if name.is_null() {
+                        continue;
+                    }
+                    (
+                        std::ffi::CStr::from_ptr(name)
+                            .to_string_lossy()
+                            .into_owned(),
+                        pg_sys::get_func_nargs(oid),
+                        pg_sys::get_func_namespace(oid)
+                            == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE),
+                    )
+                };
+                if in_catalog
+                    && (CLOCK_FUNCTIONS.contains(&name.as_str()) || (name == "age" && args == 1))
+                {
+                    return Some(format!("{name}()"));
+                }
+            }
+            "{SQLVALUEFUNCTION" => {
+                let Some(op) = value_after(i, ":op") else {
+                    continue;
+                };
+                if op <= pg_sys::SQLValueFunctionOp::SVFOP_LOCALTIMESTAMP_N as i64 {
+                    return Some(
+                        "current_date, current_time, current_timestamp, localtime or \
+                                 localtimestamp"
+                            .into(),
+                    );
+                }
+            }
+            "{CONST" => {
+                let (Some(ty), Some(at)) =
+                    (value_after(i, ":consttype"), value_after(i, ":location"))
+                else {
+                    continue;
+                };
+                if !time_types.iter().any(|t| t.to_u32() as i64 == ty) || at < 0 {
+                    continue;
+                }
+                let literal = text.get(at as usize..).unwrap_or_default();
+                let word = literal
+                    .strip_prefix('\'')
+                    .and_then(|l| l.split('\'').next())
+                    .map(|w| w.trim().to_ascii_lowercase());
+                if let Some(word) = word.filter(|w| CLOCK_WORDS.contains(&w.as_str())) {
+                    return Some(format!("'{word}'"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Refuses unless `caller` may put triggers on `table` (`what` names the argument).
@@ -258,7 +444,7 @@ fn check_select_privilege(caller: pg_sys::Oid, table: pg_sys::Oid, label: &str) 
 }
 
 /// Refuses a table whose rows the current role (the watch's maker) could not all read, or that
-/// outlives no session: every derivation reads the rows as the maker, and a row it cannot see
+/// outlives no session, or whose rows a crash takes without a trigger (an unlogged table): every derivation reads the rows as the maker, and a row it cannot see
 /// would be taken as removed. Row-level security that applies to the maker is refused here and
 /// made an error at each derivation (`row_security = off`, as pg_dump reads), so that a policy
 /// added later skips rows with a WARNING instead of queueing removals of live pages.
@@ -284,6 +470,9 @@ fn check_every_row_readable(oid: pg_sys::Oid, label: &str) {
             "{label} is a temporary table: its rows are this session's alone, and the workers \
              that derive and send cannot read them"
         ));
+    }
+    if let Some(unlogged) = super::partitions::unlogged_at_or_below(oid) {
+        watch_error(super::partitions::UnloggedRefused(&unlogged, label).to_string());
     }
     if let Some(foreign) = super::partitions::foreign_below(oid) {
         watch_error(format!(
@@ -581,7 +770,7 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
         .into_iter()
         .flatten()
         .try_fold(vec![], |mut all, expr| {
-            all.extend(expression_columns(ext, &table, expr)?);
+            all.extend(expression_columns(oid, &table, expr)?);
             Some(all)
         });
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
@@ -1218,8 +1407,8 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
     let mut checked = owner::switched_to(maker, true, || {
         crate::derive::settings::with_settings(&settings, || check(ext, maker, table, &given))
     });
-    // A security-restricted operation may not make the temporary view that finds the columns
-    // the expressions read: the ones found when the watch was made stand.
+    // Not known now (an expression reads the whole row): what was found when the watch was
+    // made stands.
     if checked.read_by_expressions.is_none() {
         checked.read_by_expressions = stored.9;
     }

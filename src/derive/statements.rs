@@ -131,7 +131,7 @@ pub fn edited_in_place(ext: &str) -> String {
          ch AS ( \
            UPDATE {ext}.indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at \
              FROM c \
-            WHERE s.watch_id = $2 AND {source_key} AND s.url_hash = c.url_hash \
+            WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash \
               AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) \
            RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
                      c.pub_at AS new_pub_at), \
@@ -148,22 +148,8 @@ pub fn edited_in_place(ext: &str) -> String {
                 (SELECT count(*) FROM q WHERE reason = 'changed'), \
                 EXISTS (SELECT FROM ch)",
         live_request = live_request(),
-        source_key = source_key("s", "c.row_key"),
     )
 }
-
-/// The source in `s` of the row whose key is `key`, as the sources' primary key finds it: by the
-/// key's hash (`key_hash`, a column generated from `row_key`: an index probe on an integer, where
-/// one on the `jsonb` key compares containers), then the key itself.
-fn source_key(s: &str, key: &str) -> String {
-    format!(
-        "{s}.key_hash = pg_catalog.hashtextextended({key}::pg_catalog.text, 0) \
-         AND {s}.row_key = {key}"
-    )
-}
-
-/// The conflict target of a source's upsert: the sources' primary key.
-const SOURCE_CONFLICT: &str = "ON CONFLICT (watch_id, key_hash, row_key)";
 
 /// The row key of `alias` as stored in change sets and sources: `jsonb_build_array(k0, ...)`.
 pub fn row_key(key: &[String], alias: &str) -> String {
@@ -366,8 +352,7 @@ impl WatchDefinition {
         let sources = if keyed {
             format!(
                 "SELECT s.* FROM k JOIN {ext}.indexnow_sources s \
-                   ON s.watch_id = {id} AND {}",
-                source_key("s", "k.row_key")
+                   ON s.watch_id = {id} AND s.row_key = k.row_key"
             )
         } else {
             format!("SELECT s.* FROM {ext}.indexnow_sources s WHERE s.watch_id = {id}")
@@ -443,13 +428,13 @@ impl WatchDefinition {
                              THEN u.tried_at \
                            ELSE clock_timestamp() END \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
-               {SOURCE_CONFLICT} DO UPDATE SET url_hash = excluded.url_hash, \
+               ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
                   url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
                   publish_at = excluded.publish_at, since = excluded.since \
                RETURNING 1), \
              dropped AS ( \
                DELETE FROM {ext}.indexnow_sources s USING pr \
-                WHERE s.watch_id = {id} AND {dropped_key} \
+                WHERE s.watch_id = {id} AND s.row_key = pr.row_key \
                   AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL \
                RETURNING 1) \
              SELECT (SELECT count(*) FROM q WHERE reason = 'created'), \
@@ -466,7 +451,6 @@ impl WatchDefinition {
             told_of = told_of_since("u", "pr.since"),
             known_live = known_live("u"),
             live_request = live_request(),
-            dropped_key = source_key("s", "pr.row_key"),
         )
     }
 
@@ -490,7 +474,7 @@ impl WatchDefinition {
                  (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
                SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
                       CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END FROM pub \
-               {SOURCE_CONFLICT} DO NOTHING RETURNING 1), \
+               ON CONFLICT (watch_id, row_key) DO NOTHING RETURNING 1), \
              urls AS ( \
                SELECT DISTINCT ON (url_hash) url, url_hash, host, \
                       coalesce(pub_at > now(), false) AS scheduled, \

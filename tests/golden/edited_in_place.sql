@@ -9,7 +9,7 @@ FROM w
 CROSS JOIN LATERAL "public"._indexnow_capture_target(w.url, w.vis) x), ch AS (
 UPDATE "public".indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at
 FROM c
-WHERE s.watch_id = $2 AND s.key_hash = pg_catalog.hashtextextended(c.row_key::pg_catalog.text, 0) AND s.row_key = c.row_key AND s.url_hash = c.url_hash AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at)
+WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at)
 RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.pub_at AS new_pub_at), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id)
 SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2

@@ -23,7 +23,7 @@ WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.prob
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM k
-JOIN "public".indexnow_sources s ON s.watch_id = 2 AND s.key_hash = pg_catalog.hashtextextended(k.row_key::pg_catalog.text, 0) AND s.row_key = k.row_key), pr AS (
+JOIN "public".indexnow_sources s ON s.watch_id = 2 AND s.row_key = k.row_key), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
@@ -73,11 +73,11 @@ INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, ho
 SELECT 2, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
-ON CONFLICT (watch_id, key_hash, row_key)
+ON CONFLICT (watch_id, row_key)
 DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
-WHERE s.watch_id = 2 AND s.key_hash = pg_catalog.hashtextextended(pr.row_key::pg_catalog.text, 0) AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
+WHERE s.watch_id = 2 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
 RETURNING 1)
 SELECT (SELECT count(*)
 FROM q
@@ -152,11 +152,11 @@ INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, ho
 SELECT 2, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
-ON CONFLICT (watch_id, key_hash, row_key)
+ON CONFLICT (watch_id, row_key)
 DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
-WHERE s.watch_id = 2 AND s.key_hash = pg_catalog.hashtextextended(pr.row_key::pg_catalog.text, 0) AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
+WHERE s.watch_id = 2 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
 RETURNING 1)
 SELECT (SELECT count(*)
 FROM q
@@ -191,7 +191,7 @@ FROM told)), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
 SELECT 2, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
 FROM pub
-ON CONFLICT (watch_id, key_hash, row_key)
+ON CONFLICT (watch_id, row_key)
 DO NOTHING
 RETURNING 1), urls AS (
 SELECT DISTINCT ON (url_hash) url, url_hash, host, coalesce(pub_at > now(), false) AS scheduled, greatest(pub_at, now()) AS available_at
@@ -233,7 +233,7 @@ FROM told)), kept AS (
 INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
 SELECT 2, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
 FROM pub
-ON CONFLICT (watch_id, key_hash, row_key)
+ON CONFLICT (watch_id, row_key)
 DO NOTHING
 RETURNING 1), urls AS (
 SELECT DISTINCT ON (url_hash) url, url_hash, host, coalesce(pub_at > now(), false) AS scheduled, greatest(pub_at, now()) AS available_at

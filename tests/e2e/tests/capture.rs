@@ -630,6 +630,46 @@ fn a_session_deriving_all_along_follows_ddl_made_by_another() {
     );
 }
 
+/// A transaction that watches a table, or alters a watched one whose watch has an expression,
+/// can be prepared for two-phase commit: finding the columns an expression reads makes no
+/// temporary object (PostgreSQL refuses to prepare a transaction that used one).
+#[test]
+fn watching_and_altering_a_watched_table_can_be_prepared() {
+    let cluster = Cluster::start(Options {
+        preload: true,
+        conf: vec!["max_prepared_transactions = 2".into()],
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    // (each its own statement: a multi-statement string is one transaction block, where COMMIT
+    // PREPARED cannot run)
+    for statement in [
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text, status text, noindex boolean)",
+        "INSERT INTO pages VALUES (1, 'a', 'published', false)",
+        "BEGIN",
+        "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', \
+           visible => $$status = 'published' AND NOT noindex$$, ignore => '{noindex}')",
+        "PREPARE TRANSACTION 'watch'",
+        "COMMIT PREPARED 'watch'",
+        "BEGIN",
+        "ALTER TABLE pages ALTER COLUMN status SET DEFAULT 'draft'",
+        "PREPARE TRANSACTION 'alter'",
+        "COMMIT PREPARED 'alter'",
+    ] {
+        db.batch_execute(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    }
+    // The watch knows what its expression reads: the ignored column it reads still counts.
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_watches WHERE expression_columns = '{noindex,status}'"
+        ),
+        1
+    );
+    db.batch_execute("UPDATE pages SET noindex = true").unwrap();
+    assert_eq!(queued(&mut db), ["https://www.example.com/a unpublished"]);
+}
+
 /// A session at REPEATABLE READ whose snapshot predates a new watch does not capture for it in
 /// that transaction (as before), and captures for it from its next transaction on.
 #[test]

@@ -254,8 +254,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         SECONDS(30),
         || sent_urls(&receiver).contains(&url("four")),
     );
-    // The watch fires after the update too; the unpublish finds the page's source made before it
-    // (from 0.3.0: by the key hash the update computed).
+    // The watch fires after the update too.
     db.batch_execute("UPDATE pages SET published = false WHERE id = 2")
         .unwrap();
     wait_until("the unpublish is sent", SECONDS(30), || {
