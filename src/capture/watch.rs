@@ -295,6 +295,30 @@ fn check_no_clock(table: &Table, expr: &str, what: &str) {
     }
 }
 
+/// The single-quoted literals of `sql`, from its start (`''` read as a quote).
+fn quoted_literals(sql: &str) -> Vec<String> {
+    let mut literals = vec![];
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            continue;
+        }
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' if chars.peek() == Some(&'\'') => {
+                    chars.next();
+                    literal.push('\'');
+                }
+                '\'' => break,
+                c => literal.push(c),
+            }
+        }
+        literals.push(literal);
+    }
+    literals
+}
+
 /// The first clock an analyzed expression (`tree`, as `nodeToString` prints it; `text`, the
 /// statement its locations are in) reads: see [`check_no_clock`].
 fn clock_read_in(tree: &str, text: &str) -> Option<String> {
@@ -377,15 +401,24 @@ fn clock_read_in(tree: &str, text: &str) -> Option<String> {
                 else {
                     continue;
                 };
-                if !time_types.iter().any(|t| t.to_u32() as i64 == ty) || at < 0 {
+                if !time_types.iter().any(|t| t.to_u32() as i64 == ty) {
                     continue;
                 }
-                let literal = text.get(at as usize..).unwrap_or_default();
-                let word = literal
-                    .strip_prefix('\'')
-                    .and_then(|l| l.split('\'').next())
-                    .map(|w| w.trim().to_ascii_lowercase());
-                if let Some(word) = word.filter(|w| CLOCK_WORDS.contains(&w.as_str())) {
+                // The literal the constant was read from: at its location, or (where the
+                // analyzer keeps none, PostgreSQL 18) any literal of the expression.
+                let literals = if at >= 0 {
+                    quoted_literals(text.get(at as usize..).unwrap_or_default())
+                        .into_iter()
+                        .take(1)
+                        .collect()
+                } else {
+                    quoted_literals(text)
+                };
+                if let Some(word) = literals
+                    .into_iter()
+                    .map(|w| w.trim().to_ascii_lowercase())
+                    .find(|w| CLOCK_WORDS.contains(&w.as_str()))
+                {
                     return Some(format!("'{word}'"));
                 }
             }
