@@ -217,9 +217,11 @@ for round in $(seq 1 "$ROUNDS"); do
     esac
     before=$(pending)
     plain=$(timed_update plain "$set_clause")
+    # (what the UPDATE recorded, not what the saves of an earlier round left)
+    changes_before=$(changes)
     watched=$(timed_update watched "$set_clause")
+    recorded=$(( $(changes) - changes_before ))
     floor=$(timed_update floor "$set_clause")
-    recorded=$(changes)
     awk -v r="$round" -v c="$change" -v p="$plain" -v w="$watched" -v f="$floor" -v n="$recorded" \
       'BEGIN { printf "%-6s %-14s %9d %9d %9d %8.2f %8.2f %8.2f %s change sets\n", r, c, p, w, f, w / p, f / p, w / f, n }'
     if [ "$change" = "ignored only" ] && [ "$recorded" != 0 ]; then
