@@ -1,6 +1,6 @@
-//! The SQL a watch runs, generated once by `indexnow_watch()` from the table's columns and stored
-//! in `indexnow_watches`: statements that derive the watch's URLs from rows of the table as they
-//! are now, and turn the difference from what the watch last derived from those rows
+//! The SQL a watch runs, generated from its definition (`super::generated`, where they are used:
+//! nothing generated is stored): statements that derive the watch's URLs from rows of the table
+//! as they are now, and turn the difference from what the watch last derived from those rows
 //! (`indexnow_sources`) into queue requests.
 //!
 //! One derivation serves every path: a trigger event, a change set after commit, TRUNCATE,
@@ -510,8 +510,8 @@ pub mod demo_site {
 
     /// The watch of `tests/pages.sql` for `lang` (`th` or `en`) as `indexnow_watch()` must read it
     /// from the catalog, built by hand: the golden test generates its statements from this, and
-    /// `a_watch_stores_the_golden_statements` (src/capture_tests.rs) checks that a real watch of
-    /// that table stores the same ones.
+    /// `a_watch_generates_the_golden_statements` (src/capture_tests.rs) checks that a real watch of
+    /// that table generates the same ones.
     pub fn pages(lang: &str, watch_id: i32) -> WatchDefinition {
         let (ignored, visible, hidden) = match lang {
             "th" => (
