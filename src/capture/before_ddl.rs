@@ -336,10 +336,7 @@ unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Opti
     if base.inhRelations.is_null() || base.relation.is_null() {
         return None;
     }
-    let parents: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::RangeVar>::from_pg(base.inhRelations)
-        .iter_ptr()
-        .filter_map(|parent| relation_of(parent))
-        .collect();
+    let parents = parents_named(base.inhRelations);
     let foreign = range_var_label(base.relation);
     (!parents.is_empty()).then(|| Seen::Tree {
         joining: vec![],
@@ -347,6 +344,14 @@ unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Opti
         foreign: parents.into_iter().map(|p| (foreign.clone(), p)).collect(),
         unlogged: vec![],
     })
+}
+
+/// The existing tables of a `CREATE`'s `PARTITION OF` or `INHERITS` list.
+unsafe fn parents_named(parents: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
+    pgrx::PgList::<pg_sys::RangeVar>::from_pg(parents)
+        .iter_ptr()
+        .filter_map(|parent| relation_of(parent))
+        .collect()
 }
 
 /// An unlogged table made below parents (`CREATE UNLOGGED TABLE ... PARTITION OF`, `INHERITS`).
@@ -357,10 +362,7 @@ unsafe fn unlogged_table_created(create: &pg_sys::CreateStmt) -> Option<Seen> {
     {
         return None;
     }
-    let parents: Vec<pg_sys::Oid> = pgrx::PgList::<pg_sys::RangeVar>::from_pg(create.inhRelations)
-        .iter_ptr()
-        .filter_map(|parent| relation_of(parent))
-        .collect();
+    let parents = parents_named(create.inhRelations);
     let unlogged = range_var_label(create.relation);
     (!parents.is_empty()).then(|| Seen::Tree {
         joining: vec![],

@@ -245,36 +245,49 @@ pub fn tree_of(table: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// triggers collect transition tables refuses UPDATE and DELETE through it when a foreign table
 /// is below it ("cannot collect transition tuples from child foreign tables").
 pub fn foreign_below(table: pg_sys::Oid) -> Option<String> {
-    crate::plan_cache::get_one::<String>(
-        "WITH RECURSIVE down(oid) AS ( \
-           SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1 \
-           UNION \
-           SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
-         SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) FROM down \
-           JOIN pg_catalog.pg_class c ON c.oid = down.oid \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-          WHERE c.relkind = 'f' ORDER BY 1 LIMIT 1",
-        &[table.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: looking for foreign tables below a table: {e}"))
+    first_in_tree(table, Below::Only, "c.relkind = 'f'", "foreign tables")
 }
 
 /// An unlogged table at or below `table`, as `schema.name`, if there is one: a crash empties it
 /// without firing a trigger, so the pages of its rows would stay announced (watched and related
 /// trees refuse them).
 pub fn unlogged_at_or_below(table: pg_sys::Oid) -> Option<String> {
+    first_in_tree(
+        table,
+        Below::AndItself,
+        "c.relpersistence = 'u'",
+        "unlogged tables",
+    )
+}
+
+/// Which tables of a tree [`first_in_tree`] looks at.
+enum Below {
+    Only,
+    AndItself,
+}
+
+/// The first (by name) table below `table` (and `table` itself, with [`Below::AndItself`]) that
+/// `condition` (over its `pg_class` row `c`) holds for, as `schema.name`; `what` names what is
+/// looked for, in an error.
+fn first_in_tree(table: pg_sys::Oid, below: Below, condition: &str, what: &str) -> Option<String> {
+    let start = match below {
+        Below::Only => "SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = $1",
+        Below::AndItself => "SELECT $1",
+    };
     crate::plan_cache::get_one::<String>(
-        "WITH RECURSIVE down(oid) AS ( \
-           SELECT $1 \
-           UNION \
-           SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
-         SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) FROM down \
-           JOIN pg_catalog.pg_class c ON c.oid = down.oid \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-          WHERE c.relpersistence = 'u' ORDER BY 1 LIMIT 1",
+        &format!(
+            "WITH RECURSIVE down(oid) AS ( \
+               {start} \
+               UNION \
+               SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN down ON i.inhparent = down.oid) \
+             SELECT pg_catalog.format('%s.%s', n.nspname, c.relname) FROM down \
+               JOIN pg_catalog.pg_class c ON c.oid = down.oid \
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+              WHERE {condition} ORDER BY 1 LIMIT 1"
+        ),
         &[table.into()],
     )
-    .unwrap_or_else(|e| error!("indexnow: looking for unlogged tables: {e}"))
+    .unwrap_or_else(|e| error!("indexnow: looking for {what} in a tree: {e}"))
 }
 
 /// Why an unlogged table is refused in a watched or related tree: `table` in the tree of `tree`.
