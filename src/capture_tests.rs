@@ -1517,6 +1517,68 @@ fn a_related_table_without_a_primary_key_can_be_written() {
     );
 }
 
+/// A related table whose path to the watched rows can no longer be planned (its foreign key
+/// dropped) is still followed: a write of it records the watch's whole table, whose derivation
+/// finds the rows that changed.
+#[pg_test]
+fn a_related_table_whose_foreign_key_is_dropped_records_the_whole_table() {
+    run("CREATE TABLE sections (code text PRIMARY KEY, name text)");
+    run(
+        "CREATE TABLE docs (id int PRIMARY KEY, slug text NOT NULL, \
+           section text NOT NULL CONSTRAINT docs_section REFERENCES sections (code))",
+    );
+    run(
+        "SELECT indexnow_watch('docs', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.name FROM sections s WHERE s.code = section) || '/' || slug$$, \
+           related => '{sections}')",
+    );
+    run("INSERT INTO sections VALUES ('a', 'alpha'), ('b', 'other')");
+    run("INSERT INTO docs VALUES (1, 'one', 'a')");
+    pushed();
+    run("ALTER TABLE docs DROP CONSTRAINT docs_section");
+    // (the ALTER derives docs whole itself: its watch could not be made the same again)
+    derive();
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("UPDATE sections SET name = 'beta' WHERE code = 'a'");
+    assert_eq!(
+        text(
+            "SELECT string_agg(c.tbl::regclass::text || ' ' || coalesce(c.keys::text, 'every row'), \
+                    ', ' ORDER BY c.id) FROM indexnow_changes c"
+        )
+        .as_deref(),
+        Some("docs every row")
+    );
+    assert_eq!(
+        pending(),
+        "https://www.example.com/alpha/one moved\nhttps://www.example.com/beta/one created"
+    );
+}
+
+/// A per-backend cache entry (what the trigger knows of a table, a watch's generated statements)
+/// is kept only when nothing may have made it stale while it was built: no invalidation arrived
+/// meanwhile, and it was read at READ COMMITTED, whose snapshot is as new as the invalidations
+/// heard.
+#[pg_test]
+fn a_cache_entry_is_kept_only_when_read_fresh() {
+    use crate::invalidation;
+    run("CREATE TABLE altered (id int PRIMARY KEY)");
+    invalidation::listen(|_| {});
+    assert!(invalidation::built(|| ()).1, "nothing happened: kept");
+    assert!(
+        !invalidation::built(|| run("ALTER TABLE altered ADD COLUMN body text")).1,
+        "a table altered while it was built: not kept"
+    );
+    // SAFETY: this backend's isolation level, set for one call and put back.
+    let kept = unsafe {
+        let was = pg_sys::XactIsoLevel;
+        pg_sys::XactIsoLevel = pg_sys::XACT_REPEATABLE_READ as i32;
+        let kept = invalidation::built(|| ()).1;
+        pg_sys::XactIsoLevel = was;
+        kept
+    };
+    assert!(!kept, "read at REPEATABLE READ: not kept");
+}
+
 /// Two tables whose keys have one name and other types (read by SQL, not in Rust): the
 /// statements over their transition tables have the same text, and a plan kept for one must not
 /// read the other's rows (each table's kept plans carry its tag, `super::cache`). Both ways: keys

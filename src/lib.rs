@@ -15,6 +15,8 @@
 //!   they were planned for
 //! - `subtransaction.rs`   work that may fail alone (a watch's statement, a re-read)
 //! - `quote.rs`            names and text quoted into SQL
+//! - `invalidation.rs`     per-backend caches kept right by relation-cache invalidations: one
+//!   callback, and when an entry built may be kept
 //! - `extension.rs`        the extension's schema, owner and version; the library's version
 //! - `registry.rs`         what the workers and every backend share in shared memory: which workers
 //!   serve which database and what each is doing
@@ -91,6 +93,7 @@ mod extension;
 mod golden;
 mod guc;
 mod hosts;
+mod invalidation;
 mod plan_cache;
 mod process;
 mod queue;

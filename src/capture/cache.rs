@@ -27,9 +27,10 @@
 use super::{partitions, related};
 use crate::derive::key;
 use crate::derive::{self, Watch};
+use crate::invalidation;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::rc::Rc;
@@ -105,14 +106,10 @@ pub enum KeyKind {
 
 thread_local! {
     static TABLES: RefCell<HashMap<pg_sys::Oid, Rc<Table>>> = RefCell::new(HashMap::new());
-    /// Bumped by every invalidation that drops entries: an entry built while one arrived is used
-    /// once and not kept.
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
     static WATCH_TABLES: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
     /// Watched (or related) tables above or below a cached table: an invalidation of one drops
     /// the whole cache.
     static IN_TREE: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
-    static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// What capture knows about `written`, whose capture trigger function is `function`.
@@ -128,15 +125,10 @@ pub fn table(function: pg_sys::Oid, relation: pg_sys::Relation) -> Rc<Table> {
     if let Some(table) = TABLES.with(|t| t.borrow().get(&written).cloned()) {
         return table;
     }
-    register_callback();
+    invalidation::listen(invalidated);
     let plan_tag = format!("/* indexnow: transition tables of {} */ ", written.to_u32());
-    let generation = GENERATION.get();
-    let table = Rc::new(build(function, relation, plan_tag));
-    // Built from the transaction's snapshot at REPEATABLE READ or SERIALIZABLE, it may miss a
-    // watch committed (and heard) since: used for this statement, not kept.
-    // SAFETY: a plain read of this backend's isolation level.
-    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
-    if GENERATION.get() == generation && read_committed {
+    let (table, keep) = invalidation::built(|| Rc::new(build(function, relation, plan_tag)));
+    if keep {
         TABLES.with(|t| t.borrow_mut().insert(written, table.clone()));
     }
     table
@@ -352,20 +344,7 @@ fn remember_watch_tables(function: pg_sys::Oid) {
     WATCH_TABLES.with(|w| *w.borrow_mut() = oids);
 }
 
-fn register_callback() {
-    if !REGISTERED.replace(true) {
-        // SAFETY: registers a callback for this backend's lifetime; it only touches this
-        // backend's cache.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0));
-        }
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    // An entry being built while this arrives is used once and not kept.
-    GENERATION.set(GENERATION.get() + 1);
+fn invalidated(relid: pg_sys::Oid) {
     let everything = relid == pg_sys::InvalidOid
         || WATCH_TABLES.with(|w| w.borrow().contains(&relid))
         || IN_TREE.with(|a| a.borrow().contains(&relid));

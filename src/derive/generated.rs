@@ -18,23 +18,20 @@
 use super::key;
 use super::statements::{PublishAt, Statements, UrlSource, WatchDefinition};
 use super::template;
+use crate::invalidation;
 use crate::plan_cache;
 use crate::queue::Reason;
 use crate::quote::quote_ident;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 thread_local! {
     static GENERATED: RefCell<HashMap<i32, Rc<Statements>>> = RefCell::new(HashMap::new());
-    /// Bumped by every invalidation that drops entries: an entry generated while one arrived is
-    /// used once and not kept.
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
     /// The tables whose invalidation drops every entry: the watched tables of the entries, and
     /// `indexnow_watches` and `indexnow_relations`.
     static DEPENDS_ON: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
-    static REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// What `indexnow_watch()` stored of a watch, and its table as the catalog has it now.
@@ -65,13 +62,13 @@ pub fn of(ext: &str, watch_id: i32) -> Result<Rc<Statements>, String> {
     if let Some(found) = GENERATED.with(|g| g.borrow().get(&watch_id).cloned()) {
         return Ok(found);
     }
-    register_callback();
-    let generation = GENERATION.get();
-    let stored = stored(ext, watch_id)?;
-    let statements = Rc::new(definition(ext, &stored)?.statements());
-    // SAFETY: a plain read of this backend's isolation level.
-    let read_committed = unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32;
-    if GENERATION.get() == generation && read_committed {
+    invalidation::listen(invalidated);
+    let (statements, keep) = invalidation::built(|| -> Result<_, String> {
+        let stored = stored(ext, watch_id)?;
+        Ok(Rc::new(definition(ext, &stored)?.statements()))
+    });
+    let statements = statements?;
+    if keep {
         GENERATED.with(|g| g.borrow_mut().insert(watch_id, statements.clone()));
     }
     Ok(statements)
@@ -194,20 +191,7 @@ pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String>
     })
 }
 
-fn register_callback() {
-    if !REGISTERED.replace(true) {
-        // SAFETY: registers a callback for this backend's lifetime; it only touches this
-        // module's thread-local cache.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0));
-        }
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    // An entry being generated while this arrives is used once and not kept.
-    GENERATION.set(GENERATION.get() + 1);
+fn invalidated(relid: pg_sys::Oid) {
     let dropped = relid == pg_sys::InvalidOid || DEPENDS_ON.with(|d| d.borrow().contains(&relid));
     if dropped {
         // (no borrow of these spans a call into PostgreSQL, so none is held here)
