@@ -48,3 +48,67 @@ CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE TABLE', 'CREATE FOREIGN TABLE',
                   'ALTER FOREIGN TABLE', 'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION @extschema@._indexnow_before_ddl();
+
+-- indexnow_watch() takes current_is_known: the function is made again with it, keeping the
+-- EXECUTE the old one was granted (indexnow_grant_watching()), and the helper that grants it
+-- names the new one.
+CREATE FUNCTION @extschema@.indexnow_watch(
+	"tbl" regclass,
+	"url" TEXT DEFAULT NULL,
+	"visible" TEXT DEFAULT NULL,
+	"ignore" TEXT[] DEFAULT '{created_at,updated_at}',
+	"publish_at" TEXT DEFAULT NULL,
+	"hidden_reason" TEXT DEFAULT 'unpublished',
+	"url_sql" TEXT DEFAULT NULL,
+	"related" TEXT[] DEFAULT NULL,
+	"current_is_known" bool DEFAULT false
+) RETURNS void
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'watch_table_wrapper';
+REVOKE ALL ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean) FROM PUBLIC;
+DO $grants$
+DECLARE
+    granted record;
+BEGIN
+    FOR granted IN
+        SELECT a.grantee::pg_catalog.regrole AS role, a.is_grantable
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid = '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[])'::pg_catalog.regprocedure
+           AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    LOOP
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], '
+            'text, text, text, text[], boolean) TO %s%s',
+            granted.role, CASE WHEN granted.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$grants$;
+-- A GRANT in an extension script is recorded as the extension's own (pg_init_privs), which
+-- pg_dump leaves out: the new function's initial privileges are made the old one's, so that the
+-- grants carried over stay the user's, dumped and restored as before.
+UPDATE pg_catalog.pg_init_privs n SET initprivs = o.initprivs
+  FROM pg_catalog.pg_init_privs o
+ WHERE n.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND n.objsubid = 0
+   AND n.objoid = '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean)'::pg_catalog.regprocedure
+   AND o.classoid = n.classoid AND o.objsubid = 0
+   AND o.objoid = '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[])'::pg_catalog.regprocedure;
+DROP FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[]);
+CREATE OR REPLACE FUNCTION @extschema@._indexnow_watching_privilege(role regrole, give boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION '%: the role must not be NULL',
+            CASE WHEN give THEN 'indexnow_grant_watching' ELSE 'indexnow_revoke_watching' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    EXECUTE pg_catalog.format(
+        '%s EXECUTE ON FUNCTION '
+        '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean), '
+        '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) '
+        '%s %s',
+        CASE WHEN give THEN 'GRANT' ELSE 'REVOKE' END, CASE WHEN give THEN 'TO' ELSE 'FROM' END,
+        role);
+END
+$$;

@@ -36,6 +36,9 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
         if tag == "ALTER TABLE" {
             let same =
                 watch::follow_alter_table(&ext, *w, before_ddl::only_adds()) && key_as_before(*w);
+            if same {
+                fingerprints_follow_columns_added(&ext, *w);
+            }
             if needs_deriving_after_alter(*w, same) {
                 crate::derive::change_sets::record_whole_table(&ext, *w, None);
                 crate::wake::worker_at_commit();
@@ -67,6 +70,34 @@ fn table_changed(table: pg_sys::Oid, tag: &str) {
 fn key_as_before(watched: pg_sys::Oid) -> bool {
     before_ddl::key_before(watched)
         .is_none_or(|key| key.is_empty() || key == crate::derive::key::columns(watched))
+}
+
+/// After an `ALTER TABLE` that only adds columns (`before_ddl::columns_added`) to the watched
+/// table `watched`, its key as it was: each of its watches takes the columns added as counted in
+/// the fingerprints of the rows unchanged since they were derived, so that a column added with a
+/// default (as Django adds one) announces no page. The table is still derived whole after it (a
+/// row whose values changed unseen, in a `DISABLE TRIGGER` window, is caught up then, as after
+/// any ALTER that may change rows). A watch whose statement fails is said in a WARNING: its pages
+/// are then announced as changed, as before.
+fn fingerprints_follow_columns_added(ext: &str, watched: pg_sys::Oid) {
+    let added = before_ddl::columns_added();
+    let key = crate::derive::key::columns(watched);
+    if added.is_empty() || key.is_empty() || before_ddl::key_before(watched) != Some(key) {
+        return;
+    }
+    for w in crate::derive::watches_of(ext, watched) {
+        let followed = crate::derive::take_fingerprints_as_known(ext, w.id, |now| {
+            now.iter().filter(|c| !added.contains(c)).cloned().collect()
+        });
+        if let Err(e) = followed {
+            warning!(
+                "indexnow: the watch of {} for {} could not take the columns added as known \
+                 ({e}): its pages are announced as changed",
+                w.table,
+                w.pattern
+            );
+        }
+    }
 }
 
 /// Whether the watched table `watched` is derived whole after an `ALTER TABLE` in its tree or of

@@ -75,8 +75,12 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
             && pgrx::is_a(parsetree, pg_sys::NodeTag::T_AlterTableStmt))
         .then(|| &*(parsetree as *mut pg_sys::AlterTableStmt));
         ALTER.set(alter.map_or(Alter::MayChangeRows, |a| alter_kind(a)));
+        COLUMNS_ADDED.set(match (alter, ALTER.get()) {
+            (Some(a), Alter::AddsColumns) => columns_added_by(a),
+            _ => vec![],
+        });
         KEY_BEFORE.set(None);
-        if let Some(a) = alter.filter(|_| changes_no_rows()) {
+        if let Some(a) = alter.filter(|_| ALTER.get() != Alter::MayChangeRows) {
             note_key_before(a);
         }
     }
@@ -397,6 +401,9 @@ enum Alter {
     LeavesRows,
     /// ... and only adds (a constraint, an index: [`ADDING`]), as a restore does.
     OnlyAdds,
+    /// An `ALTER TABLE` that adds columns, and otherwise leaves the rows alone: the values there
+    /// stay as they were, the new columns hold their defaults.
+    AddsColumns,
 }
 
 /// A primary key: (column, SQL type) in the key's order.
@@ -409,6 +416,9 @@ thread_local! {
     /// (when the table carries capture triggers), for its end: [`key_before`].
     static KEY_BEFORE: std::cell::RefCell<Option<(pg_sys::Oid, Key)>> =
         const { std::cell::RefCell::new(None) };
+    /// The columns an [`Alter::AddsColumns`] adds, for its end: [`columns_added`].
+    static COLUMNS_ADDED: std::cell::RefCell<Vec<String>> =
+        const { std::cell::RefCell::new(Vec::new()) };
     /// How deep this backend is in [`following`].
     static FOLLOWING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
@@ -430,8 +440,40 @@ pub fn following<R>(f: impl FnOnce() -> R) -> R {
 /// Whether the `ALTER TABLE` ending now changes no row of the tables it alters: every
 /// subcommand is one that leaves rows, their values and which table holds them alone.
 pub fn changes_no_rows() -> bool {
-    ALTER.get() != Alter::MayChangeRows
+    matches!(ALTER.get(), Alter::LeavesRows | Alter::OnlyAdds)
 }
+
+/// The columns the `ALTER TABLE` ending now adds, when adding columns is all it does to rows
+/// (empty otherwise): every value there before is there after, so a watch's fingerprints can
+/// follow the columns added without announcing anything (`super::after_ddl`).
+pub fn columns_added() -> Vec<String> {
+    COLUMNS_ADDED.with(|c| c.borrow().clone())
+}
+
+/// The names of the columns `alter` adds.
+unsafe fn columns_added_by(alter: &pg_sys::AlterTableStmt) -> Vec<String> {
+    pgrx::PgList::<pg_sys::AlterTableCmd>::from_pg(alter.cmds)
+        .iter_ptr()
+        .filter(|command| ADDING_COLUMNS.contains(&(**command).subtype))
+        .filter_map(|command| {
+            let def = (*command).def;
+            (!def.is_null() && pgrx::is_a(def, pg_sys::NodeTag::T_ColumnDef))
+                .then(|| (*(def as *mut pg_sys::ColumnDef)).colname)
+                .filter(|name| !name.is_null())
+                .map(|name| CStr::from_ptr(name).to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// The subcommands that add a column.
+const ADDING_COLUMNS: &[pg_sys::AlterTableType::Type] = {
+    use pg_sys::AlterTableType as At;
+    &[
+        At::AT_AddColumn,
+        #[cfg(feature = "pg15")]
+        At::AT_AddColumnRecurse,
+    ]
+};
 
 /// The primary key of `table` (columns and types) before the `ALTER TABLE` ending now, when that
 /// ALTER changes no row and names `table`: such an ALTER changes a watch's statements only by
@@ -534,10 +576,20 @@ unsafe fn alter_kind(alter: &pg_sys::AlterTableStmt) -> Alter {
                 .iter_ptr()
                 .all(|command| kinds.contains(&(*command).subtype))
     };
+    let adds_columns = commands
+        .iter_ptr()
+        .any(|command| ADDING_COLUMNS.contains(&(*command).subtype));
     if all_in(ADDING) {
         Alter::OnlyAdds
     } else if all_in(LEAVING_ROWS_ALONE) {
         Alter::LeavesRows
+    } else if adds_columns
+        && commands.iter_ptr().all(|command| {
+            ADDING_COLUMNS.contains(&(*command).subtype)
+                || LEAVING_ROWS_ALONE.contains(&(*command).subtype)
+        })
+    {
+        Alter::AddsColumns
     } else {
         Alter::MayChangeRows
     }

@@ -51,17 +51,6 @@ fn spi<T>(what: &str, r: Result<T, pgrx::spi::Error>) -> T {
     r.unwrap_or_else(|e| error!("indexnow: {what}: {e}"))
 }
 
-/// The first column of the first row, or None when there is no row.
-fn first_or_none<T: FromDatum + IntoDatum>(
-    sql: &str,
-    args: &[pgrx::datum::DatumWithOid],
-) -> Option<T> {
-    match Spi::get_one_with_args::<T>(sql, args) {
-        Err(pgrx::spi::Error::InvalidPosition) => None,
-        other => spi("querying", other),
-    }
-}
-
 struct Table {
     qualified: String,
     label: String,
@@ -571,10 +560,16 @@ fn current_role_name() -> String {
 /// Watch `tbl` for one URL pattern: install the capture triggers (once per table) and store the
 /// watch. A new pattern records the rows public now as known (not announced; scheduled ones are
 /// queued for their time); a pattern watched before is derived again, row by row, against what it
-/// derived then (see the module's comment).
-#[pg_extern(volatile, parallel_unsafe)]
+/// derived then (see the module's comment). With `current_is_known`, a pattern watched before
+/// takes what its table holds now as known as far as it can be: a page whose fingerprint differs
+/// only by the changed `ignore` list, and a page that `visible` now makes public, are not
+/// announced; a page that no longer gives its URL still owes its removal.
+///
+/// (Its C symbol is `watch_table_wrapper`: `indexnow_watch_wrapper` is what releases before 0.4.0
+/// declared with eight arguments, see [`indexnow_watch_wrapper`].)
+#[pg_extern(name = "indexnow_watch", volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
-fn indexnow_watch(
+fn watch_table(
     tbl: Option<PgRelation>,
     url: default!(Option<&str>, "NULL"),
     visible: default!(Option<&str>, "NULL"),
@@ -583,9 +578,11 @@ fn indexnow_watch(
     hidden_reason: default!(Option<&str>, "'unpublished'"),
     url_sql: default!(Option<&str>, "NULL"),
     related: default!(Option<Vec<String>>, "NULL"),
+    current_is_known: default!(Option<bool>, "false"),
 ) {
     let tbl = required("indexnow_watch", "the table", tbl);
     let hidden_reason = required("indexnow_watch", "hidden_reason", hidden_reason);
+    let current_is_known = required("indexnow_watch", "current_is_known", current_is_known);
     crate::extension::require_writable("indexnow_watch");
     owner::refuse_in_restricted_operation("indexnow_watch");
     // The statements it generates call this release's internal functions, by their names.
@@ -631,7 +628,10 @@ fn indexnow_watch(
             ext: ext.clone(),
         };
         let label = &checked.table.label;
-        if previous.is_some() {
+        if let Some(previous) = previous {
+            if current_is_known {
+                take_current_as_known(&ext, &watch, &checked.table, &previous.ignore, label);
+            }
             // Watched before: every row against what the watch derived then.
             derive::derive(&watch, Rows::All, Reason::Gone)
                 .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
@@ -639,6 +639,30 @@ fn indexnow_watch(
             record_baseline(&ext, watch, label);
         }
     });
+}
+
+/// `indexnow_watch()` as releases before 0.4.0 declare it (eight arguments, this C symbol): between
+/// a server's restart onto this library and `ALTER EXTENSION indexnow UPDATE`, a watch made would
+/// generate statements for SQL the database does not have yet; refused, as the other functions
+/// whose SQL changed are, with the hint to update.
+///
+/// # Safety
+/// Called by PostgreSQL through the version-1 calling convention; reads no argument.
+#[pg_guard]
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub unsafe extern "C-unwind" fn indexnow_watch_wrapper(
+    _fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    crate::extension::require_current_version();
+    error!("indexnow_watch: this database's indexnow_watch() is not this library's: run ALTER EXTENSION indexnow UPDATE")
+}
+
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_indexnow_watch_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
 }
 
 /// How a watch is defined: made by `indexnow_watch()`, or made again after DDL.
@@ -918,18 +942,39 @@ fn check_publish_at(ext: &str, table: &Table, ignore: &[String], c: &str) {
 /// Stores the watch: the row of the same table and pattern watched before (active, or unwatched
 /// with its sources kept) becomes this watch and keeps what it derived; otherwise a new row.
 /// Returns its id, and the previous one's when there was one.
-fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
+/// The same table and pattern as watched before: its watch, and its `ignore` list then.
+struct Previous {
+    id: i32,
+    ignore: Vec<String>,
+}
+
+fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<Previous>) {
     // The same table and pattern watched before (active, or unwatched with its sources kept):
     // it is this watch now, and keeps what it derived.
-    let previous: Option<i32> = first_or_none(
-        &format!(
-            "SELECT id FROM {ext}.indexnow_watches WHERE tbl = $1::regclass AND pattern = $2 \
-              ORDER BY active DESC, id DESC LIMIT 1"
-        ),
-        &[
-            checked.table.qualified.as_str().into(),
-            checked.pattern.as_str().into(),
-        ],
+    let previous: Option<Previous> = spi(
+        "reading the watch",
+        Spi::connect(|client| {
+            let rows = client.select(
+                &format!(
+                    "SELECT id, ignore FROM {ext}.indexnow_watches \
+                      WHERE tbl = $1::regclass AND pattern = $2 \
+                      ORDER BY active DESC, id DESC LIMIT 1"
+                ),
+                None,
+                &[
+                    checked.table.qualified.as_str().into(),
+                    checked.pattern.as_str().into(),
+                ],
+            )?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(Some(Previous {
+                id: row.get(1)?.unwrap_or_default(),
+                ignore: row.get(2)?.unwrap_or_default(),
+            }))
+        }),
     );
     let args = || -> Vec<pgrx::datum::DatumWithOid> {
         vec![
@@ -946,10 +991,10 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
             checked.read_by_expressions.clone().into(),
         ]
     };
-    let watch_id: i32 = match previous {
-        Some(id) => {
+    let watch_id: i32 = match &previous {
+        Some(Previous { id, .. }) => {
             let mut args = args();
-            args.push(id.into());
+            args.push((*id).into());
             spi(
                 "storing the watch",
                 Spi::run_with_args(
@@ -963,7 +1008,7 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<i32>) {
                     &args,
                 ),
             );
-            id
+            *id
         }
         None => spi(
             "storing the watch",
@@ -1084,6 +1129,34 @@ fn store_relations(
 /// A new watch's baseline: the rows public now recorded as known to search engines (not
 /// announced), scheduled ones queued for their time. It runs as a derivation does (a row that
 /// fails is skipped alone).
+/// For a watch made again with `current_is_known` (`ignore_before`: its `ignore` list until now):
+/// the fingerprints follow the columns it counts now, and the rows public now that have no source
+/// (made public by a changed `visible`) are recorded as known, as a new watch's are; what is
+/// left to derive then is what changed otherwise (a URL no row gives any more, a change recorded
+/// and not yet derived).
+fn take_current_as_known(
+    ext: &str,
+    watch: &derive::Watch,
+    table: &Table,
+    ignore_before: &[String],
+    label: &str,
+) {
+    let counted_before: Vec<String> = table
+        .columns
+        .iter()
+        .map(|(c, _)| c.clone())
+        .filter(|c| !ignore_before.contains(c))
+        .collect();
+    derive::take_fingerprints_as_known(ext, watch.id, |_| counted_before)
+        .unwrap_or_else(|e| error!("indexnow_watch: taking the rows of {label} as known: {e}"));
+    let baseline = derive::Watch {
+        derivation: Derivation::Baseline,
+        ..watch.clone()
+    };
+    derive::derive(&baseline, Rows::All, Reason::Gone)
+        .unwrap_or_else(|e| error!("indexnow_watch: recording the rows of {label}: {e}"));
+}
+
 fn record_baseline(ext: &str, watch: derive::Watch, label: &str) {
     let baseline = derive::Watch {
         derivation: Derivation::Baseline,

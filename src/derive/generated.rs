@@ -81,6 +81,12 @@ pub fn again(ext: &str, watch_id: i32) -> Result<Rc<Statements>, String> {
     of(ext, watch_id)
 }
 
+/// The definition of watch `watch_id`, from what is stored and the catalog now (never cached: for
+/// the few callers that need more than its statements).
+pub fn definition_of(ext: &str, watch_id: i32) -> Result<WatchDefinition, String> {
+    definition(ext, &stored(ext, watch_id)?)
+}
+
 /// What watch `watch_id`'s statements are generated from. The rule that turns it into a
 /// definition is [`definition`].
 fn stored(ext: &str, watch_id: i32) -> Result<Stored, String> {

@@ -837,6 +837,27 @@ fn may_derive_here() -> bool {
         && unsafe { pg_sys::XactIsoLevel } == pg_sys::XACT_READ_COMMITTED as i32
 }
 
+/// Takes what watch `watch_id`'s fingerprint covers now as known to search engines, for the rows
+/// unchanged since they were derived (`statements::WatchDefinition::fingerprints_taken_as_known`):
+/// `before` turns the columns the fingerprint covers now into those it covered until now. Returns
+/// how many sources took the new fingerprint, or why none did (nothing is then changed).
+pub fn take_fingerprints_as_known(
+    ext: &str,
+    watch_id: i32,
+    before: impl FnOnce(&[String]) -> Vec<String>,
+) -> Result<i64, String> {
+    let definition = generated::definition_of(ext, watch_id)?;
+    let sql = definition.fingerprints_taken_as_known(&before(&definition.public));
+    subtransaction::run(|| {
+        owner::as_extension_owner(|| {
+            with_settings(&pinned_settings(), || Spi::get_one::<i64>(&sql))
+        })
+    })
+    .map_err(|failure| failure.message)?
+    .map(|n| n.unwrap_or(0))
+    .map_err(|e| e.to_string())
+}
+
 /// Derives every change set there is, in the calling transaction (a reader). Returns how many.
 pub fn derive_all_change_sets(ext: &str) -> i64 {
     let mut n = 0;

@@ -161,6 +161,29 @@ pub fn row_key(key: &[String], alias: &str) -> String {
     format!("pg_catalog.jsonb_build_array({cols})")
 }
 
+/// The fingerprint of row `r` over `columns`: the md5 of a jsonb object of their values, NULLs
+/// left out (a column added without a default changes no fingerprint), keys in jsonb's order
+/// (the columns' order counts for nothing).
+fn fingerprint_over(columns: &[String]) -> String {
+    if columns.is_empty() {
+        return "''".into();
+    }
+    // jsonb_build_object takes at most 100 arguments: 50 columns a call.
+    let objects = columns
+        .chunks(50)
+        .map(|cols| {
+            let pairs = cols
+                .iter()
+                .map(|c| format!("{}, r.{}", quote_literal(c), quote_ident(c)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("pg_catalog.jsonb_build_object({pairs})")
+        })
+        .collect::<Vec<_>>()
+        .join(" || ");
+    format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
+}
+
 impl WatchDefinition {
     pub fn statements(&self) -> Statements {
         Statements {
@@ -233,24 +256,31 @@ impl WatchDefinition {
     /// and keys sorted by jsonb itself. Values keep their stored text (numeric scale, case), so a
     /// change of value is a change even where the type's equality would call the two equal.
     fn fingerprint_expr(&self) -> String {
-        if self.public.is_empty() {
-            return "''".into();
-        }
-        // jsonb_build_object takes at most 100 arguments: 50 columns a call.
-        let objects = self
-            .public
-            .chunks(50)
-            .map(|cols| {
-                let pairs = cols
-                    .iter()
-                    .map(|c| format!("{}, r.{}", quote_literal(c), quote_ident(c)))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("pg_catalog.jsonb_build_object({pairs})")
-            })
-            .collect::<Vec<_>>()
-            .join(" || ");
-        format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
+        fingerprint_over(&self.public)
+    }
+
+    /// Takes what the watch's fingerprint covers now as known: each source whose fingerprint is
+    /// its row's over the columns `before` (those the fingerprint covered until now) takes its
+    /// row's fingerprint over the watch's columns now, so that no row is announced for the
+    /// change of what is counted alone (a column added with a default, a changed `ignore`). A
+    /// source whose row changed since it was derived (a change recorded, not yet derived) keeps
+    /// its fingerprint: that row is still derived as changed. Returns the number of sources.
+    pub fn fingerprints_taken_as_known(&self, before: &[String]) -> String {
+        let now = self.fingerprint_expr();
+        format!(
+            "WITH f AS ( \
+               UPDATE {ext}.indexnow_sources s SET fingerprint = {now} \
+                 FROM {table} r \
+                WHERE s.watch_id = {id} AND s.row_key = {row_key} \
+                  AND s.fingerprint = {before} AND s.fingerprint <> {now} \
+               RETURNING 1) \
+             SELECT count(*) FROM f",
+            ext = self.ext,
+            table = self.table,
+            id = self.watch_id,
+            row_key = row_key(&self.key_names(), "r"),
+            before = fingerprint_over(before),
+        )
     }
 
     /// Per row of the table: its key (as text), whether it is there, its URL, visibility,

@@ -112,6 +112,7 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         "CREATE EXTENSION indexnow VERSION '{previous}'; \
          CREATE ROLE monitoring LOGIN; \
          GRANT EXECUTE ON FUNCTION indexnow_status() TO monitoring; \
+         CREATE ROLE editor; SELECT indexnow_grant_watching('editor'); \
          SELECT indexnow_add_host('{HOST}', '{KEY}'); \
          CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, published boolean NOT NULL); \
          SELECT indexnow_watch('pages', url => 'https://{HOST}/{{slug}}', \
@@ -308,8 +309,30 @@ fn upgrade_from(previous: &str, status_columns: i64) {
     // The upgraded extension equals a fresh install (the user's grant aside), and the watches
     // made before the update are stored as the same watches made now (their statements are
     // generated from that, wherever they are used).
-    db.batch_execute("REVOKE EXECUTE ON FUNCTION indexnow_status() FROM monitoring")
-        .unwrap();
+    // A role granted watching keeps it through indexnow_watch() made again with another argument.
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_proc WHERE proname = 'indexnow_watch' \
+                AND has_function_privilege('editor', oid, 'EXECUTE')"
+        ),
+        1,
+        "the role granted watching may still watch"
+    );
+    let dump = std::fs::read_to_string(cluster.dump("site")).unwrap();
+    assert!(
+        dump.contains("TO editor;"),
+        "the dump keeps the role's grant to watch:\n{}",
+        dump.lines()
+            .filter(|l| l.contains("GRANT"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    db.batch_execute(
+        "REVOKE EXECUTE ON FUNCTION indexnow_status() FROM monitoring; \
+         SELECT indexnow_revoke_watching('editor')",
+    )
+    .unwrap();
     let mut fresh = cluster.create_db_with_extension("fresh");
     fresh
         .batch_execute(&format!(
