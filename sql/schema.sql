@@ -117,6 +117,8 @@ CREATE TABLE indexnow_watches (
     -- the columns visible, url_sql and publish_at read: the UPDATE gate compares them even when
     -- they are ignored as content (NULL: not known, the gate compares every column)
     expression_columns text[],
+    -- its tables' capture triggers fire in replica mode too (ENABLE ALWAYS): see placement.rs
+    replica_writes boolean NOT NULL DEFAULT false,
     CHECK ((url IS NULL) <> (url_sql IS NULL))
 );
 CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) WHERE active;

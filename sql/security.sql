@@ -25,7 +25,7 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format(
         '%s EXECUTE ON FUNCTION '
-        '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean), '
+        '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean, boolean), '
         '@extschema@.indexnow_unwatch(regclass, text), @extschema@.indexnow_reconcile(regclass) '
         '%s %s',
         CASE WHEN give THEN 'GRANT' ELSE 'REVOKE' END, CASE WHEN give THEN 'TO' ELSE 'FROM' END,
@@ -47,7 +47,7 @@ REVOKE ALL ON FUNCTION indexnow_enable_host(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
-REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_revoke_watching(regrole) FROM PUBLIC;

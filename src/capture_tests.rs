@@ -207,6 +207,81 @@ fn a_watch_made_again_can_take_what_is_there_as_known() {
     );
 }
 
+/// A watch made with `replica_writes => true` makes its table's capture triggers fire in replica
+/// mode too (`session_replication_role = replica`, as ETL tools write); made again without, they
+/// fire where writes originate only. Enabling a trigger that fires already (a restore sets them
+/// ALWAYS right after making them) derives nothing; enabling a disabled one derives the table.
+#[pg_test]
+fn replica_writes_are_captured_when_a_watch_asks() {
+    site();
+    publish("a");
+    pushed();
+    let fires = || {
+        text(
+            "SELECT string_agg(DISTINCT tgenabled::text, ',') FROM pg_trigger \
+              WHERE tgrelid = 'pages'::regclass AND tgname LIKE 'indexnow_capture_%'",
+        )
+        .unwrap()
+    };
+    let watch_th = |replica_writes: bool| {
+        run(&format!(
+            "SELECT indexnow_watch('pages', url => 'https://www.example.com/th/{{slug}}', \
+               visible => $$status = 'published' AND NOT noindex$$, \
+               ignore => '{{sort_order,is_featured,keywords,created_at,updated_at,title_en,body_en}}', \
+               publish_at => 'published_at', replica_writes => {replica_writes})"
+        ))
+    };
+    let in_replica_mode = |sql: &str| {
+        run("SET LOCAL session_replication_role = replica");
+        run(sql);
+        run("SET LOCAL session_replication_role = origin");
+    };
+    assert_eq!(fires(), "O");
+    watch_th(true);
+    assert_eq!(fires(), "A");
+    in_replica_mode("UPDATE pages SET body = 'seen' WHERE slug = 'a'");
+    assert_eq!(pending(), "https://www.example.com/th/a changed");
+    pushed();
+    watch_th(false);
+    assert_eq!(fires(), "O");
+    in_replica_mode("UPDATE pages SET body = 'unseen' WHERE slug = 'a'");
+    assert_eq!(pending(), "");
+    // (the unseen write is caught up by the next derivation of the whole table)
+    run("SELECT indexnow_reconcile('pages')");
+    pushed();
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("ALTER TABLE pages ENABLE ALWAYS TRIGGER indexnow_capture_insert");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    run("ALTER TABLE pages DISABLE TRIGGER indexnow_capture_update");
+    run("ALTER TABLE pages ENABLE TRIGGER indexnow_capture_update");
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_changes WHERE keys IS NULL"),
+        1,
+        "disabling and enabling again derive the table whole (once a transaction)"
+    );
+}
+
+/// `indexnow_status()` names the watched tables whose writes the capture triggers cannot see now:
+/// a capture trigger disabled, the triggers gone (a restore makes them last). (A subscription's
+/// table: the end-to-end test `a_subscribers_applied_changes_are_named_in_status`.)
+#[pg_test]
+fn status_names_the_tables_whose_writes_are_not_seen() {
+    let gaps = || text("SELECT DISTINCT capture_gaps FROM indexnow_status()");
+    site();
+    assert_eq!(gaps(), None);
+    run("ALTER TABLE pages DISABLE TRIGGER indexnow_capture_update");
+    assert_eq!(
+        gaps().as_deref(),
+        Some("public.pages: capture triggers disabled")
+    );
+    run("ALTER TABLE pages ENABLE TRIGGER indexnow_capture_update");
+    assert_eq!(gaps(), None);
+    for (name, _, _) in crate::capture::triggers::EVENTS {
+        run(&format!("DROP TRIGGER {name} ON pages"));
+    }
+    assert_eq!(gaps().as_deref(), Some("public.pages: no capture triggers"));
+}
+
 #[pg_test]
 fn ten_saves_make_one_row() {
     site();

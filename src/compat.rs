@@ -46,3 +46,36 @@ pub unsafe fn primary_key_index(relation: pg_sys::Relation) -> pg_sys::Oid {
         pg_sys::RelationGetPrimaryKeyIndex(relation, false)
     }
 }
+
+/// Sets when the trigger `name` of the open relation `relation` fires (`fires_when`:
+/// `TRIGGER_FIRES_ALWAYS`, `TRIGGER_FIRES_ON_ORIGIN`), as `ALTER TABLE ... ENABLE [ALWAYS]
+/// TRIGGER` does, on this table only (a statement trigger is never cloned to partitions).
+/// PostgreSQL 16 added the parent trigger and whether to recurse; 15 keeps its first signature
+/// (its later minor releases add the new one under another name).
+///
+/// # Safety
+/// `relation` must be open and locked in `ShareRowExclusiveLock` or stronger.
+pub unsafe fn set_trigger_firing(
+    relation: pg_sys::Relation,
+    name: &std::ffi::CStr,
+    fires_when: u8,
+) {
+    #[cfg(feature = "pg15")]
+    pg_sys::EnableDisableTrigger(
+        relation,
+        name.as_ptr(),
+        fires_when as std::ffi::c_char,
+        false,
+        pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE,
+    );
+    #[cfg(not(feature = "pg15"))]
+    pg_sys::EnableDisableTrigger(
+        relation,
+        name.as_ptr(),
+        pg_sys::InvalidOid,
+        fires_when as std::ffi::c_char,
+        false,
+        false,
+        pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE,
+    );
+}

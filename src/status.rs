@@ -4,7 +4,8 @@
 //! and says why a host sends nothing (`held`), when its next URL can go out, how long the URL due
 //! the longest has waited (what an alert watches), whether sending is a dry run, what the
 //! endpoint's answers revealed of the host's key, and what the capture triggers recorded and no
-//! derivation has made into queue rows yet (how many rows, since when). It derives nothing
+//! derivation has made into queue rows yet (how many rows, since when), and which watched tables
+//! are written where the capture triggers cannot see. It derives nothing
 //! itself: a scrape answers in milliseconds whatever is recorded (`indexnow_derive()` derives
 //! first, for whoever wants the queue as it will be).
 
@@ -34,6 +35,7 @@ struct HostStatus {
     key_state_note: Option<String>,
     oldest_change_age: Option<Interval>,
     changes_waiting: i64,
+    capture_gaps: Option<String>,
 }
 
 type StatusRow = (
@@ -56,6 +58,7 @@ type StatusRow = (
     Option<String>,
     Option<Interval>,
     i64,
+    Option<String>,
 );
 
 impl HostStatus {
@@ -81,6 +84,7 @@ impl HostStatus {
             self.key_state_note,
             self.oldest_change_age,
             self.changes_waiting,
+            self.capture_gaps,
         )
     }
 }
@@ -109,6 +113,7 @@ fn indexnow_status() -> TableIterator<
         name!(key_state_note, Option<String>),
         name!(oldest_change_age, Option<Interval>),
         name!(changes_waiting, i64),
+        name!(capture_gaps, Option<String>),
     ),
 > {
     // The result's columns are those of this library's release: refused on a database whose
@@ -120,6 +125,7 @@ fn indexnow_status() -> TableIterator<
     // wants the queue as it will be).
     let ext = crate::extension::schema();
     let (changes_waiting, oldest_change_age) = crate::derive::change_sets::waiting_summary(&ext);
+    let capture_gaps = crate::capture::placement::gaps(&ext);
     let worker = crate::worker::state_for_status();
     let (enabled, dry_run) = crate::worker::sending_for_status();
     let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
@@ -175,6 +181,7 @@ fn indexnow_status() -> TableIterator<
                     key_state_note: r.get_by_name("key_state_note")?,
                     oldest_change_age,
                     changes_waiting,
+                    capture_gaps: capture_gaps.clone(),
                 })
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -187,6 +194,7 @@ fn indexnow_status() -> TableIterator<
             dry_run,
             oldest_change_age,
             changes_waiting,
+            capture_gaps,
             ..Default::default()
         }]
     } else {

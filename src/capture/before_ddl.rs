@@ -576,23 +576,59 @@ unsafe fn alter_kind(alter: &pg_sys::AlterTableStmt) -> Alter {
                 .iter_ptr()
                 .all(|command| kinds.contains(&(*command).subtype))
     };
+    let table = (!alter.relation.is_null())
+        .then(|| relation_of(alter.relation))
+        .flatten();
+    let leaves_rows = |command: *mut pg_sys::AlterTableCmd| {
+        LEAVING_ROWS_ALONE.contains(&(*command).subtype)
+            || enables_a_trigger_enabled_already(table, &*command)
+    };
     let adds_columns = commands
         .iter_ptr()
         .any(|command| ADDING_COLUMNS.contains(&(*command).subtype));
     if all_in(ADDING) {
         Alter::OnlyAdds
-    } else if all_in(LEAVING_ROWS_ALONE) {
+    } else if !commands.is_empty() && commands.iter_ptr().all(leaves_rows) {
         Alter::LeavesRows
     } else if adds_columns
-        && commands.iter_ptr().all(|command| {
-            ADDING_COLUMNS.contains(&(*command).subtype)
-                || LEAVING_ROWS_ALONE.contains(&(*command).subtype)
-        })
+        && commands
+            .iter_ptr()
+            .all(|command| ADDING_COLUMNS.contains(&(*command).subtype) || leaves_rows(command))
     {
         Alter::AddsColumns
     } else {
         Alter::MayChangeRows
     }
+}
+
+/// Whether `command` enables, in any mode (`ENABLE`, `ENABLE ALWAYS`, `ENABLE REPLICA TRIGGER
+/// name`), a trigger of `table` that is enabled already: no write went unseen by it, so nothing
+/// needs catching up (as a restore sets the capture triggers `ALWAYS` right after making them).
+/// Enabling a disabled one may end a window of unseen writes: that ALTER derives the table.
+unsafe fn enables_a_trigger_enabled_already(
+    table: Option<pg_sys::Oid>,
+    command: &pg_sys::AlterTableCmd,
+) -> bool {
+    use pg_sys::AlterTableType as At;
+    let enabling = [
+        At::AT_EnableTrig,
+        At::AT_EnableAlwaysTrig,
+        At::AT_EnableReplicaTrig,
+    ];
+    let (Some(table), false) = (table, command.name.is_null()) else {
+        return false;
+    };
+    if !enabling.contains(&command.subtype) {
+        return false;
+    }
+    let name = CStr::from_ptr(command.name).to_string_lossy().into_owned();
+    crate::plan_cache::get_one::<bool>(
+        "SELECT tgenabled <> 'D' FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2",
+        &[table.into(), name.into()],
+    )
+    .ok()
+    .flatten()
+        == Some(true)
 }
 
 /// What an `ALTER TABLE` (or `ALTER FOREIGN TABLE`) does to trees, in every subcommand: the

@@ -9,6 +9,10 @@
 //! them; a table above with a foreign table below it cannot (PostgreSQL would refuse every
 //! UPDATE and DELETE through it), and writes through it go unseen.
 //!
+//! **How they fire.** A table's capture triggers fire in replica mode too (`ENABLE ALWAYS`) when
+//! an active watch whose tree it is in asks for it (`indexnow_watch(..., replica_writes =>
+//! true)`), else only where writes originate, PostgreSQL's default ([`fires_always`]).
+//!
 //! Everything that changes what the rule says calls in here: making a watch and ending it
 //! (`super::watch`), the end of `CREATE TABLE` and `ALTER TABLE` (`super::after_ddl`), a dropped
 //! table (`super::dropped`). The triggers taken off a table for the moment it joins a tree, and
@@ -53,13 +57,42 @@ pub enum Existing {
     Keep,
 }
 
-/// Puts the capture triggers on every table of the trees of `roots`.
+/// Puts the capture triggers on every table of the trees of `roots`, firing as [`fires_always`]
+/// says.
 pub fn put_on(ext: &str, roots: &[pg_sys::Oid], existing: Existing) {
     for t in trees(roots) {
         if existing == Existing::Remake || !triggers::on(t) {
             triggers::install(ext, &triggers::table_qualified(t));
         }
+        fire_as_ruled(ext, t);
     }
+}
+
+/// Makes the capture triggers of `table` fire as [`fires_always`] says. Not between a server's
+/// restart onto a new library and `ALTER EXTENSION indexnow UPDATE` (nor during the update): the
+/// watches' tables may not have what the rule reads yet, and the triggers are left as they are.
+fn fire_as_ruled(ext: &str, table: pg_sys::Oid) {
+    if crate::extension::version_mismatch().is_none() {
+        triggers::fire_always(table, fires_always(ext, table));
+    }
+}
+
+/// Whether the capture triggers of `table` fire in replica mode too: an active watch whose
+/// watched or related table is in `table`'s tree asks for it.
+pub fn fires_always(ext: &str, table: pg_sys::Oid) -> bool {
+    crate::plan_cache::get_one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches w \
+                             WHERE w.active AND w.replica_writes \
+                               AND (w.tbl::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1) \
+                                    OR EXISTS (SELECT FROM {ext}.indexnow_relations r \
+                                                WHERE r.watch_id = w.id \
+                                                  AND r.tbl::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1))))"
+        ),
+        &[whole_tree(table).into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading how a table's triggers fire: {e}"))
+        == Some(true)
 }
 
 /// Takes the capture triggers off those of `tables` that carry them and that the rule no longer
@@ -69,6 +102,8 @@ pub fn take_off_unneeded(ext: &str, tables: &[pg_sys::Oid]) {
         // (a table dropped with its triggers, or in the same statement, has none)
         if exists(t) && !needed(ext, t) {
             triggers::drop(&triggers::table_qualified(t));
+        } else if exists(t) {
+            fire_as_ruled(ext, t);
         }
     }
 }
@@ -80,4 +115,40 @@ pub fn take_off_unneeded(ext: &str, tables: &[pg_sys::Oid]) {
 /// them yet: `super::after_ddl`).
 pub fn take_off_all_unneeded(ext: &str) {
     take_off_unneeded(ext, &triggers::carried());
+}
+
+/// Where the rule cannot be kept now, for `indexnow_status()`: each watched or related table (or
+/// table below one that carries the triggers) whose writes the capture triggers do not see — it
+/// lacks them (a restore makes them last; dropped by hand), one is disabled, or it is a logical
+/// replication subscription's table (its apply worker fires no statement trigger) — as
+/// `table: why`, joined by `; `. NULL when there is none.
+pub fn gaps(ext: &str) -> Option<String> {
+    crate::plan_cache::get_one::<String>(
+        &format!(
+            "WITH watched AS ( \
+               SELECT w.tbl::pg_catalog.oid AS t FROM {ext}.indexnow_watches w WHERE w.active \
+               UNION SELECT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
+                 JOIN {ext}.indexnow_watches w ON w.id = r.watch_id WHERE w.active), \
+             carrying AS ( \
+               SELECT g.tgrelid AS t, pg_catalog.bool_or(g.tgenabled = 'D') AS disabled \
+                 FROM pg_catalog.pg_trigger g WHERE g.tgname LIKE 'indexnow\\_capture\\_%' \
+                GROUP BY g.tgrelid), \
+             gap AS ( \
+               SELECT w.t, 'no capture triggers' AS why FROM watched w \
+                WHERE NOT EXISTS (SELECT FROM carrying c WHERE c.t = w.t) \
+                  AND EXISTS (SELECT FROM pg_catalog.pg_class k WHERE k.oid = w.t) \
+               UNION ALL SELECT c.t, 'capture triggers disabled' FROM carrying c WHERE c.disabled \
+               UNION ALL SELECT sr.srrelid, pg_catalog.format('written by subscription %s, whose \
+                              applied changes fire no statement trigger', s.subname) \
+                 FROM pg_catalog.pg_subscription_rel sr \
+                 JOIN pg_catalog.pg_subscription s ON s.oid = sr.srsubid \
+                WHERE sr.srrelid IN (SELECT t FROM watched UNION SELECT t FROM carrying)) \
+             SELECT pg_catalog.string_agg(pg_catalog.format('%s: %s', gap.t::pg_catalog.regclass, \
+                                                            gap.why), '; ' \
+                                          ORDER BY gap.t::pg_catalog.regclass::pg_catalog.text, gap.why) \
+               FROM gap"
+        ),
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: finding what the capture triggers cannot see: {e}"))
 }

@@ -93,6 +93,42 @@ pub fn install(ext: &str, table: &str) {
     }
 }
 
+/// Makes the capture triggers of `table` fire in replica mode too (`ENABLE ALWAYS`), or only
+/// where writes originate (the default, and what making them again leaves), when they do not
+/// already. In replica mode (`session_replication_role = replica`: ETL tools, some loaders) a
+/// trigger fires only when it is enabled ALWAYS or REPLICA; a logical replication subscriber's
+/// apply worker fires no statement triggers at all, whatever they are set to.
+pub fn fire_always(table: pg_sys::Oid, always: bool) {
+    let wanted = if always {
+        pg_sys::TRIGGER_FIRES_ALWAYS
+    } else {
+        pg_sys::TRIGGER_FIRES_ON_ORIGIN
+    };
+    let now = crate::plan_cache::get_one::<String>(
+        "SELECT tgenabled::text FROM pg_catalog.pg_trigger \
+          WHERE tgrelid = $1 AND tgname = 'indexnow_capture_insert'",
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading a table's triggers: {e}"));
+    // (no triggers; or disabled by hand, which stays so: the next `indexnow_watch()` makes them
+    // again)
+    let Some(now) = now.filter(|n| n != "D") else {
+        return;
+    };
+    if now.as_bytes() != [wanted] {
+        // SAFETY: the table is locked as `ALTER TABLE ... ENABLE TRIGGER` locks it, and closed
+        // after; the trigger names are NUL-terminated.
+        unsafe {
+            let relation = pg_sys::table_open(table, pg_sys::ShareRowExclusiveLock as i32);
+            for (name, _, _) in EVENTS {
+                let name = std::ffi::CString::new(name).expect("a trigger's name");
+                crate::compat::set_trigger_firing(relation, &name, wanted);
+            }
+            pg_sys::table_close(relation, pg_sys::NoLock as i32);
+        }
+    }
+}
+
 /// Drops the capture triggers of `table` (quoted, qualified).
 pub fn drop(table: &str) {
     for (name, _, _) in EVENTS {

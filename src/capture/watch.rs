@@ -579,10 +579,12 @@ fn watch_table(
     url_sql: default!(Option<&str>, "NULL"),
     related: default!(Option<Vec<String>>, "NULL"),
     current_is_known: default!(Option<bool>, "false"),
+    replica_writes: default!(Option<bool>, "false"),
 ) {
     let tbl = required("indexnow_watch", "the table", tbl);
     let hidden_reason = required("indexnow_watch", "hidden_reason", hidden_reason);
     let current_is_known = required("indexnow_watch", "current_is_known", current_is_known);
+    let replica_writes = required("indexnow_watch", "replica_writes", replica_writes);
     crate::extension::require_writable("indexnow_watch");
     owner::refuse_in_restricted_operation("indexnow_watch");
     // The statements it generates call this release's internal functions, by their names.
@@ -615,7 +617,7 @@ fn watch_table(
     owner::as_extension_owner(|| {
         // What the table's writes recorded so far is derived under the watches they were made for.
         derive::derive_all_change_sets(&ext);
-        let (watch_id, previous) = store(&ext, &checked, &given);
+        let (watch_id, previous) = store(&ext, &checked, &given, replica_writes);
         define(&ext, caller, oid, watch_id, &checked, related, Making::New)
             .unwrap_or_else(|e| watch_error(e));
         let watch = derive::Watch {
@@ -948,7 +950,12 @@ struct Previous {
     ignore: Vec<String>,
 }
 
-fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<Previous>) {
+fn store(
+    ext: &str,
+    checked: &Checked,
+    given: &Given,
+    replica_writes: bool,
+) -> (i32, Option<Previous>) {
     // The same table and pattern watched before (active, or unwatched with its sources kept):
     // it is this watch now, and keeps what it derived.
     let previous: Option<Previous> = spi(
@@ -989,6 +996,7 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<Previous>)
             checked.time_zone.as_str().into(),
             checked.maker.as_str().into(),
             checked.read_by_expressions.clone().into(),
+            replica_writes.into(),
         ]
     };
     let watch_id: i32 = match &previous {
@@ -1002,8 +1010,8 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<Previous>)
                         "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
                            url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
                            hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
-                           expression_columns = $11, active = true \
-                         WHERE id = $12"
+                           expression_columns = $11, replica_writes = $12, active = true \
+                         WHERE id = $13"
                     ),
                     &args,
                 ),
@@ -1016,8 +1024,8 @@ fn store(ext: &str, checked: &Checked, given: &Given) -> (i32, Option<Previous>)
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
                        publish_at, hidden_reason, search_path, time_zone, owner, \
-                       expression_columns) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                       expression_columns, replica_writes) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
                      RETURNING id"
                 ),
                 &args(),

@@ -986,3 +986,78 @@ fn a_broken_watch_owes_one_derivation_however_many_writes_leave_it_one() {
     );
     assert_eq!(count(&mut db, waited), -1);
 }
+
+/// A watched table that a logical replication subscription writes: its apply worker fires no
+/// statement trigger, so the changes it applies are not captured (documented), and
+/// `indexnow_status()` says so by the table's name. A page the publisher adds reaches the
+/// subscriber's table and is queued only by `indexnow_reconcile()`.
+#[test]
+fn a_subscribers_applied_changes_are_named_in_status() {
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: vec!["wal_level = logical".into()],
+    });
+    let mut publisher = cluster.create_db_with_extension("publisher");
+    publisher
+        .batch_execute(
+            "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL); \
+             CREATE PUBLICATION content FOR TABLE pages",
+        )
+        .unwrap();
+    publisher
+        .batch_execute("SELECT pg_create_logical_replication_slot('content', 'pgoutput')")
+        .unwrap();
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', \
+                               replica_writes => true)",
+    )
+    .unwrap();
+    let gaps = |db: &mut Client| -> Option<String> {
+        db.query_one("SELECT DISTINCT capture_gaps FROM indexnow_status()", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(gaps(&mut db), None);
+    // (a subscription to a database of the same cluster: its slot made beforehand)
+    db.batch_execute(&format!(
+        "CREATE SUBSCRIPTION content CONNECTION '{}' PUBLICATION content \
+           WITH (create_slot = false, slot_name = 'content')",
+        cluster.conninfo("publisher")
+    ))
+    .unwrap();
+    assert_eq!(
+        gaps(&mut db).as_deref(),
+        Some(
+            "public.pages: written by subscription content, whose applied changes fire no \
+             statement trigger"
+        )
+    );
+    // (the initial copy done: what follows is applied)
+    wait_until("the table is synchronized", SECONDS(30), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate = 'r'",
+        ) == 1
+    });
+    publisher
+        .batch_execute("INSERT INTO pages VALUES (1, 'replicated')")
+        .unwrap();
+    wait_until("the page is replicated", SECONDS(30), || {
+        count(&mut db, "SELECT count(*) FROM pages") == 1
+    });
+    assert_eq!(queued(&mut db), Vec::<String>::new());
+    db.batch_execute("SELECT indexnow_reconcile('pages')")
+        .unwrap();
+    assert_eq!(
+        queued(&mut db),
+        ["https://www.example.com/replicated created"]
+    );
+    db.batch_execute(
+        "ALTER SUBSCRIPTION content DISABLE; \
+                      ALTER SUBSCRIPTION content SET (slot_name = NONE); \
+                      DROP SUBSCRIPTION content",
+    )
+    .unwrap();
+}
