@@ -29,14 +29,13 @@ use super::placement::{self, Existing};
 use super::{related, triggers};
 use crate::derive::change_sets::{Waiting, MERGED_AT_MOST};
 use crate::derive::owner;
-use crate::derive::statements::{Statements, UrlSource};
+use crate::derive::statements::UrlSource;
 use crate::derive::{self, generated, template, Derivation, Rows};
 use crate::error::{invalid_parameter, required, shown};
 use crate::queue::{url_hash, Reason, UnknownReason};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::PgRelation;
-use std::rc::Rc;
 
 /// The columns ignored when `ignore` is not given: the SQL defaults of `indexnow_watch()` and
 /// `indexnow_fingerprint()` name the same (a literal each, as pgrx takes defaults; a test checks
@@ -615,10 +614,14 @@ fn watch_table(
     });
     // The extension's part, as its owner.
     owner::as_extension_owner(|| {
+        let label = &checked.table.label;
         // What the table's writes recorded so far is derived under the watches they were made for.
+        report_phase(&format!(
+            "deriving the changes recorded before watching {label}"
+        ));
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given, replica_writes);
-        define(&ext, caller, oid, watch_id, &checked, related, Making::New)
+        let defined = define(&ext, caller, oid, watch_id, &checked, related, Making::New)
             .unwrap_or_else(|e| watch_error(e));
         let watch = derive::Watch {
             id: watch_id,
@@ -629,8 +632,12 @@ fn watch_table(
             ignore: checked.ignore,
             ext: ext.clone(),
         };
-        let label = &checked.table.label;
+        let rows = about_rows(oid);
+        let since = oldest_running_xid();
         if let Some(previous) = previous {
+            report_phase(&format!(
+                "deriving the rows of {label} again ({rows}; its writes go on meanwhile)"
+            ));
             if current_is_known {
                 take_current_as_known(&ext, &watch, &checked.table, &previous.ignore, label);
             }
@@ -638,9 +645,56 @@ fn watch_table(
             derive::derive(&watch, Rows::All, Reason::Gone)
                 .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
         } else {
+            report_phase(&format!(
+                "recording the rows of {label} public now as known ({rows}; its writes go on \
+                 meanwhile)"
+            ));
             record_baseline(&ext, watch, label);
         }
+        report_phase(&format!("putting the capture triggers on {label}"));
+        defined.put_on(&ext, &checked.table, oid, watch_id, &since);
+        report_statement_again();
     });
+}
+
+/// Shows what a long `indexnow_watch()` is doing as its session's query in `pg_stat_activity`
+/// (the statement's own text is shown again when it ends: [`report_statement_again`]).
+fn report_phase(what: &str) {
+    if let Ok(text) = std::ffi::CString::new(format!("indexnow_watch: {what}")) {
+        // SAFETY: the text is copied into this backend's status entry.
+        unsafe {
+            pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, text.as_ptr())
+        };
+    }
+}
+
+fn report_statement_again() {
+    // SAFETY: the statement's text, owned by the running statement, is copied as above.
+    unsafe {
+        if !pg_sys::debug_query_string.is_null() {
+            pg_sys::pgstat_report_activity(
+                pg_sys::BackendState::STATE_RUNNING,
+                pg_sys::debug_query_string,
+            );
+        }
+    }
+}
+
+/// About how many rows `table` has, as the planner's statistics say (for a message).
+fn about_rows(table: pg_sys::Oid) -> String {
+    let rows = spi(
+        "reading a table's size",
+        Spi::get_one_with_args::<f32>(
+            "SELECT reltuples FROM pg_catalog.pg_class WHERE oid = $1",
+            &[table.into()],
+        ),
+    )
+    .unwrap_or(-1.0);
+    if rows < 0.0 {
+        "rows not counted yet".into()
+    } else {
+        format!("about {} rows", rows as i64)
+    }
 }
 
 /// `indexnow_watch()` as releases before 0.4.0 declare it (eight arguments, this C symbol): between
@@ -681,8 +735,10 @@ enum Making {
 /// Defines watch `watch_id`, whose checked arguments are stored, the one path whether the watch
 /// is made (`indexnow_watch()`) or made again after DDL ([`make_again`]): the columns its
 /// expressions read, its related tables (the right to put triggers on them checked for `caller`),
-/// and the capture triggers where the placement rule puts them. Returns its statements, generated
-/// from what is stored (`crate::derive::generated`), or why they cannot be.
+/// and the capture triggers where the placement rule puts them: made again after DDL, at once;
+/// made by `indexnow_watch()`, by the caller once the rows are derived ([`Defined::put_on`]).
+/// Fails with why its statements cannot be generated from what is stored
+/// (`crate::derive::generated`).
 fn define(
     ext: &str,
     caller: pg_sys::Oid,
@@ -691,7 +747,7 @@ fn define(
     checked: &Checked,
     related: Option<Vec<String>>,
     making: Making,
-) -> Result<Rc<Statements>, String> {
+) -> Result<Defined, String> {
     spi(
         "storing the watch",
         Spi::run_with_args(
@@ -699,8 +755,66 @@ fn define(
             &[watch_id.into(), checked.read_by_expressions.clone().into()],
         ),
     );
-    install_triggers(ext, caller, oid, &checked.table, watch_id, related, making);
-    generated::again(ext, watch_id)
+    let roots =
+        check_and_store_related(ext, caller, oid, &checked.table, watch_id, related, making);
+    if making == Making::Again {
+        placement::put_on(ext, &roots, Existing::Keep);
+    }
+    generated::again(ext, watch_id)?;
+    Ok(Defined { roots })
+}
+
+/// A watch defined (its statements can be generated): the tables whose trees carry its capture
+/// triggers.
+struct Defined {
+    roots: Vec<pg_sys::Oid>,
+}
+
+impl Defined {
+    /// Puts the capture triggers of a watch made by `indexnow_watch()` on, after its rows were
+    /// derived: `CREATE TRIGGER` locks a table against writes until the transaction ends, so
+    /// they go on last, for a moment, however long the derivation took. Writes made meanwhile to
+    /// a table that had no triggers yet were not seen; once the triggers are on (no write in
+    /// flight any more), they are found and recorded for the watch to derive after the commit:
+    /// the rows written by transactions since `since` (an xid taken before the derivation began)
+    /// and the rows gone since (`change_sets::record_written_since`); when a related table had
+    /// no triggers either, the watched table whole.
+    fn put_on(&self, ext: &str, table: &Table, watched: pg_sys::Oid, watch_id: i32, since: &str) {
+        let unseen = placement::trees(&self.roots)
+            .into_iter()
+            .any(|t| !triggers::on(t));
+        placement::put_on(ext, &self.roots, Existing::Remake);
+        if !unseen {
+            return;
+        }
+        if self.roots == [watched] {
+            let key: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
+            crate::derive::change_sets::record_written_since(
+                ext,
+                watched,
+                &table.qualified,
+                &key,
+                watch_id,
+                since,
+            );
+        } else {
+            crate::derive::change_sets::record_whole_table(ext, watched, Some(vec![watch_id]));
+        }
+        crate::wake::worker_at_commit();
+    }
+}
+
+/// The oldest transaction still running now, as an xid (text): every transaction that writes
+/// after this began at it or later.
+fn oldest_running_xid() -> String {
+    spi(
+        "reading the running transactions",
+        Spi::get_one::<String>(
+            "SELECT (pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::numeric \
+                     % 4294967296)::text",
+        ),
+    )
+    .expect("a snapshot has an xmin")
 }
 
 /// `indexnow_watch()`'s arguments as given.
@@ -1036,9 +1150,10 @@ fn store(
     (watch_id, previous)
 }
 
-/// Stores the watch's related tables (checking the caller may put triggers on them and, for a new
-/// watch, on the tables above) and puts the capture triggers where the placement rule says.
-fn install_triggers(
+/// Stores the watch's related tables, checking the caller may put triggers on them and, for a new
+/// watch, on the tables above. Returns the tables whose trees carry the watch's capture triggers
+/// by the placement rule: the watched table and its related tables.
+fn check_and_store_related(
     ext: &str,
     caller: pg_sys::Oid,
     oid: pg_sys::Oid,
@@ -1046,7 +1161,7 @@ fn install_triggers(
     watch_id: i32,
     related: Option<Vec<String>>,
     making: Making,
-) {
+) -> Vec<pg_sys::Oid> {
     // (the tables above may have other owners: the caller puts triggers on them too)
     let above = |t: pg_sys::Oid| -> Vec<pg_sys::Oid> {
         match making {
@@ -1074,11 +1189,7 @@ fn install_triggers(
         }
         roots.push(r);
     }
-    let existing = match making {
-        Making::New => Existing::Remake,
-        Making::Again => Existing::Keep,
-    };
-    placement::put_on(ext, &roots, existing);
+    roots
 }
 
 /// Stores the watch's related tables, each with the query from its rows to the watch's (checking

@@ -290,7 +290,9 @@ fn pg_restore_in_parallel_keeps_watched_and_related_trees_working() {
          INSERT INTO books VALUES (1, 'one', 'x');
          SELECT indexnow_watch('books', url_sql => $$'https://www.example.com/' || \
            (SELECT s.name FROM shelves_x s WHERE s.code = shelf) || '/' || slug$$, \
-           related => '{shelves_x}');",
+           related => '{shelves_x}');
+         -- (what the watches left for after their commit, derived as a worker would)
+         SELECT indexnow_derive();",
     )
     .unwrap();
     let triggers = |db: &mut Client| -> Vec<String> {
@@ -1060,4 +1062,66 @@ fn a_subscribers_applied_changes_are_named_in_status() {
                       DROP SUBSCRIPTION content",
     )
     .unwrap();
+}
+
+/// Watching a table makes no write wait for its rows to be recorded: the capture triggers go on
+/// last, for a moment. Here the baseline is held (its `visible` waits, for a real row, on an
+/// advisory lock another session holds) while a third session updates one page and deletes another, without waiting;
+/// the session watching shows what it does in `pg_stat_activity`. Once the watch commits, both
+/// writes made during the baseline come out as if they followed it: the update is announced, the
+/// deleted page's removal is owed.
+#[test]
+fn watching_a_table_makes_no_write_wait() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, body text); \
+         INSERT INTO pages SELECT i, 'p' || i, 'b' FROM generate_series(1, 100) i; \
+         CREATE FUNCTION gate(id int) RETURNS boolean LANGUAGE plpgsql AS \
+           $$BEGIN \
+               IF id IS NOT NULL THEN PERFORM pg_advisory_xact_lock_shared(42); END IF; \
+               RETURN true; \
+             END$$",
+    )
+    .unwrap();
+    let mut gatekeeper = cluster.connect("site");
+    gatekeeper
+        .batch_execute("SELECT pg_advisory_lock(42)")
+        .unwrap();
+    let mut watcher = cluster.connect("site");
+    let watching = std::thread::spawn(move || {
+        watcher
+            .batch_execute(
+                "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', \
+                                       visible => 'gate(id)')",
+            )
+            .map_err(|e| format!("{e:?}"))
+    });
+    wait_until("the baseline waits at the gate", SECONDS(30), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity \
+              WHERE query LIKE 'indexnow_watch: recording the rows of public.pages%' \
+                AND wait_event_type = 'Lock'",
+        ) == 1
+    });
+    let mut writer = cluster.connect("site");
+    writer
+        .batch_execute(
+            "SET lock_timeout = '20s'; \
+             UPDATE pages SET body = 'edited meanwhile' WHERE id = 1; \
+             DELETE FROM pages WHERE id = 2",
+        )
+        .expect("the writes do not wait for the baseline");
+    gatekeeper
+        .batch_execute("SELECT pg_advisory_unlock(42)")
+        .unwrap();
+    watching.join().unwrap().unwrap();
+    assert_eq!(
+        queued(&mut db),
+        [
+            "https://www.example.com/p1 changed",
+            "https://www.example.com/p2 deleted"
+        ]
+    );
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Watch benchmark (not a test): what `indexnow_watch()` on a large table costs the table's
+# writers, measured side by side in one run on one cluster.
+#
+# A table of ROWS rows (the capture benchmark's shape). A writer (pgbench, one client) updates one
+# random row a transaction, first alone for WRITE_SECONDS, then while another session runs
+# indexnow_watch() on the table; its transactions are logged one by one (pgbench -l, in chunks of
+# a few seconds, so that each chunk's log is complete). Printed: how long the watch took, the
+# writer's longest and median transaction alone and during the watch, and then what the watch
+# left for after its commit (the rows the writer changed while it derived, recorded when its
+# triggers went on) and how long deriving that took (indexnow_derive(), as a worker would).
+# ROWS (default 1000000) and WRITE_SECONDS (default 10) can be set in the environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS=${ROWS:-1000000}
+WRITE_SECONDS=${WRITE_SECONDS:-10}
+
+bash scripts/setup.sh >/dev/null
+echo "[bench] building and installing the extension (release)"
+cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1
+
+source scripts/cluster.sh
+dir=/tmp/indexnow-bench-watch
+port=$(free_port)
+logs=$(mktemp -d)
+cluster_start "$dir" "$port" "shared_buffers = '2GB'" "max_wal_size = '16GB'" \
+  "checkpoint_timeout = '1h'" "work_mem = '64MB'" "maintenance_work_mem = '512MB'" \
+  "shared_preload_libraries = ''"
+trap 'cluster_stop "$dir"; rm -rf "$logs"' EXIT
+psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
+
+echo "[bench] $ROWS rows; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
+psql <<SQL
+CREATE EXTENSION indexnow;
+CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, title text, body text,
+                    live boolean NOT NULL, sort_order int, updated_at timestamptz);
+INSERT INTO pages SELECT g, 'page-' || g, 'Title ' || g, repeat(md5(g::text), 6),
+                         g % 10 <> 0, g, now() FROM generate_series(1, $ROWS) g;
+VACUUM ANALYZE pages;
+SQL
+cat > "$logs/write.sql" <<SQL
+\set id random(1, $ROWS)
+UPDATE pages SET body = md5(random()::text) WHERE id = :id;
+SQL
+
+# Runs the writer in chunks of 2 s while `$1` (a pid) runs, or for WRITE_SECONDS without one.
+write() {
+  local prefix=$1 while_pid=${2:-} n=0 until=$((SECONDS + WRITE_SECONDS))
+  while { [ -n "$while_pid" ] && kill -0 "$while_pid" 2>/dev/null; } ||
+        { [ -z "$while_pid" ] && [ $SECONDS -lt $until ]; }; do
+    (cd "$logs" && "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -c 1 -T 2 \
+      -f write.sql -l --log-prefix="$prefix.$n" postgres >/dev/null 2>&1)
+    n=$((n + 1))
+  done
+}
+# Longest and median transaction (ms) and the count, from the per-transaction logs `$1.*`.
+latencies() {
+  cat "$logs/$1".* | awk '{print $3 / 1000}' | sort -n |
+    awk '{v[NR] = $1} END {printf "%d transactions, median %.2f ms, longest %.1f ms", NR, v[int((NR + 1) / 2)], v[NR]}'
+}
+
+write alone
+echo "[bench] writer alone:            $(latencies alone)"
+start=$(date +%s.%N)
+psql -c "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', visible => 'live',
+                               ignore => '{sort_order,updated_at}')" >/dev/null &
+watching=$!
+write during "$watching"
+wait "$watching"
+took=$(echo "$(date +%s.%N) - $start" | bc)
+echo "[bench] indexnow_watch():        $(printf '%.1f' "$took") s"
+echo "[bench] writer during the watch: $(latencies during)"
+left=$(psql -Atc "SELECT coalesce(sum(jsonb_array_length(keys)), -1) FROM indexnow_changes")
+start=$(date +%s.%N)
+psql -Atc "SELECT indexnow_derive()" >/dev/null
+derived=$(echo "$(date +%s.%N) - $start" | bc)
+queued=$(psql -Atc "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq")
+echo "[bench] left for after the commit: $left keys (-1: the whole table), derived in $(printf '%.2f' "$derived") s; $queued URLs queued"
