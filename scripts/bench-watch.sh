@@ -7,8 +7,8 @@
 # indexnow_watch() on the table; its transactions are logged one by one (pgbench -l, in chunks of
 # a few seconds, so that each chunk's log is complete). Printed: how long the watch took, the
 # writer's longest and median transaction alone and during the watch, and then what the watch
-# left for after its commit (the rows the writer changed while it derived, recorded when its
-# triggers went on) and how long deriving that took (indexnow_derive(), as a worker would).
+# left for after its commit (the table derived whole: the writes made while it derived were not
+# seen) and how long deriving that took (indexnow_derive(), as a worker would).
 # ROWS (default 1000000) and WRITE_SECONDS (default 10) can be set in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,10 +53,13 @@ write() {
     n=$((n + 1))
   done
 }
-# Longest and median transaction (ms) and the count, from the per-transaction logs `$1.*`.
+# Longest and median transaction (ms) and the count, from the per-transaction logs `$1.*`, and
+# when the longest ended, in seconds after `$2` (an epoch, when given).
 latencies() {
-  cat "$logs/$1".* | awk '{print $3 / 1000}' | sort -n |
-    awk '{v[NR] = $1} END {printf "%d transactions, median %.2f ms, longest %.1f ms", NR, v[int((NR + 1) / 2)], v[NR]}'
+  cat "$logs/$1".* | awk '{printf "%.3f %.6f\n", $3 / 1000, $5 + $6 / 1000000}' | sort -n |
+    awk -v from="${2:-}" '{v[NR] = $1; t[NR] = $2}
+      END {printf "%d transactions, median %.2f ms, longest %.1f ms", NR, v[int((NR + 1) / 2)], v[NR];
+           if (from != "") printf " (ended %.1f s after the watch began)", t[NR] - from}'
 }
 
 write alone
@@ -69,10 +72,11 @@ write during "$watching"
 wait "$watching"
 took=$(echo "$(date +%s.%N) - $start" | bc)
 echo "[bench] indexnow_watch():        $(printf '%.1f' "$took") s"
-echo "[bench] writer during the watch: $(latencies during)"
-left=$(psql -Atc "SELECT coalesce(sum(jsonb_array_length(keys)), -1) FROM indexnow_changes")
+echo "[bench] writer during the watch: $(latencies during "$start")"
+left=$(psql -Atc "SELECT count(*) FILTER (WHERE keys IS NULL) || ' whole-table, ' ||
+                          coalesce(sum(jsonb_array_length(keys)), 0) || ' keys' FROM indexnow_changes")
 start=$(date +%s.%N)
 psql -Atc "SELECT indexnow_derive()" >/dev/null
 derived=$(echo "$(date +%s.%N) - $start" | bc)
 queued=$(psql -Atc "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq")
-echo "[bench] left for after the commit: $left keys (-1: the whole table), derived in $(printf '%.2f' "$derived") s; $queued URLs queued"
+echo "[bench] left for after the commit: $left, derived in $(printf '%.1f' "$derived") s; $queued URLs queued"

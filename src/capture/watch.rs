@@ -633,7 +633,6 @@ fn watch_table(
             ext: ext.clone(),
         };
         let rows = about_rows(oid);
-        let since = oldest_running_xid();
         if let Some(previous) = previous {
             report_phase(&format!(
                 "deriving the rows of {label} again ({rows}; its writes go on meanwhile)"
@@ -652,7 +651,7 @@ fn watch_table(
             record_baseline(&ext, watch, label);
         }
         report_phase(&format!("putting the capture triggers on {label}"));
-        defined.put_on(&ext, &checked.table, oid, watch_id, &since);
+        defined.put_on(&ext, oid, watch_id);
         report_statement_again();
     });
 }
@@ -761,60 +760,52 @@ fn define(
         placement::put_on(ext, &roots, Existing::Keep);
     }
     generated::again(ext, watch_id)?;
-    Ok(Defined { roots })
+    let unseen = placement::trees(&roots)
+        .into_iter()
+        .any(|t| !triggers::on(t) && !locked_against_writes(t));
+    Ok(Defined { roots, unseen })
 }
 
 /// A watch defined (its statements can be generated): the tables whose trees carry its capture
-/// triggers.
+/// triggers, and whether one of them may be written unseen until they are on.
 struct Defined {
     roots: Vec<pg_sys::Oid>,
+    unseen: bool,
+}
+
+/// Whether this transaction holds a lock on `table` that keeps every other writer out (SHARE or
+/// stronger: it made the table, altered it, or locked it): nothing can be written there unseen.
+fn locked_against_writes(table: pg_sys::Oid) -> bool {
+    // SAFETY: the relation is looked up in the relation cache and closed again; no lock is taken
+    // or needed to ask which locks this backend holds.
+    unsafe {
+        let relation = pg_sys::RelationIdGetRelation(table);
+        if relation.is_null() {
+            return false;
+        }
+        let locked =
+            pg_sys::CheckRelationLockedByMe(relation, pg_sys::ShareLock as pg_sys::LOCKMODE, true);
+        pg_sys::RelationClose(relation);
+        locked
+    }
 }
 
 impl Defined {
     /// Puts the capture triggers of a watch made by `indexnow_watch()` on, after its rows were
     /// derived: `CREATE TRIGGER` locks a table against writes until the transaction ends, so
     /// they go on last, for a moment, however long the derivation took. Writes made meanwhile to
-    /// a table that had no triggers yet were not seen; once the triggers are on (no write in
-    /// flight any more), they are found and recorded for the watch to derive after the commit:
-    /// the rows written by transactions since `since` (an xid taken before the derivation began)
-    /// and the rows gone since (`change_sets::record_written_since`); when a related table had
-    /// no triggers either, the watched table whole.
-    fn put_on(&self, ext: &str, table: &Table, watched: pg_sys::Oid, watch_id: i32, since: &str) {
-        let unseen = placement::trees(&self.roots)
-            .into_iter()
-            .any(|t| !triggers::on(t));
+    /// a table that had no triggers yet (and that this transaction does not keep writers out of,
+    /// as one it made) were not seen: the watched table is then derived whole
+    /// after the commit, by the workers (a whole-table change set for this watch), which finds
+    /// them. Finding them here instead would hold the lock for a scan of the table (8 s with a
+    /// million rows, measured: docs/benchmarks.md).
+    fn put_on(&self, ext: &str, watched: pg_sys::Oid, watch_id: i32) {
         placement::put_on(ext, &self.roots, Existing::Remake);
-        if !unseen {
-            return;
-        }
-        if self.roots == [watched] {
-            let key: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
-            crate::derive::change_sets::record_written_since(
-                ext,
-                watched,
-                &table.qualified,
-                &key,
-                watch_id,
-                since,
-            );
-        } else {
+        if self.unseen {
             crate::derive::change_sets::record_whole_table(ext, watched, Some(vec![watch_id]));
+            crate::wake::worker_at_commit();
         }
-        crate::wake::worker_at_commit();
     }
-}
-
-/// The oldest transaction still running now, as an xid (text): every transaction that writes
-/// after this began at it or later.
-fn oldest_running_xid() -> String {
-    spi(
-        "reading the running transactions",
-        Spi::get_one::<String>(
-            "SELECT (pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::numeric \
-                     % 4294967296)::text",
-        ),
-    )
-    .expect("a snapshot has an xmin")
 }
 
 /// `indexnow_watch()`'s arguments as given.

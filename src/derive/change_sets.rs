@@ -116,39 +116,6 @@ pub fn drop_owed_twice(ext: &str, tbl: pg_sys::Oid, watch: i32, kept: &[i64]) {
     .unwrap_or_else(|e| error!("indexnow: could not merge owed derivations of a table: {e}"));
 }
 
-/// Records, for watch `watch` of the table `tbl` (`table`: quoted, qualified; `key`: its primary
-/// key's columns), the keys of the rows that may have been written by other transactions since
-/// the transaction `since` began (an xid, as text), while no trigger recorded their writes: rows
-/// whose version is that new, and rows the watch has a source for that are gone. For a watch whose
-/// rows were derived before its capture triggers went on (`crate::capture::watch`): called once
-/// they are on, when no write is in flight any more.
-pub fn record_written_since(
-    ext: &str,
-    tbl: pg_sys::Oid,
-    table: &str,
-    key: &[String],
-    watch: i32,
-    since: &str,
-) {
-    let this_transaction = crate::extension::written_by_this_transaction();
-    let k = row_key(key, "r");
-    let sql = format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         SELECT $1, ARRAY[$2], pg_catalog.jsonb_agg(x.k) \
-           FROM (SELECT k, (pg_catalog.row_number() OVER () - 1) / {KEYS_AT_MOST} AS chunk \
-                   FROM (SELECT {k} AS k FROM {table} r \
-                          WHERE pg_catalog.age(r.xmin) <= pg_catalog.age($3::pg_catalog.xid) \
-                            AND NOT {ext}.{this_transaction}(r.xmin::text::bigint) \
-                         UNION \
-                         SELECT s.row_key FROM {ext}.indexnow_sources s \
-                          WHERE s.watch_id = $2 \
-                            AND NOT EXISTS (SELECT FROM {table} r WHERE {k} = s.row_key)) t) x \
-          GROUP BY x.chunk"
-    );
-    Spi::run_with_args(&sql, &[tbl.into(), watch.into(), since.into()])
-        .unwrap_or_else(|e| error!("indexnow: recording the rows written while watching: {e}"));
-}
-
 /// The statement that records, by SQL, the keys of one trigger event (key types not read in
 /// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all). `sources` are
 /// the transition tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE
