@@ -3,8 +3,10 @@
 # writers, measured side by side in one run on one cluster.
 #
 # A table of ROWS rows (the capture benchmark's shape). A writer (pgbench, one client) updates one
-# random row a transaction, first alone for WRITE_SECONDS, then while another session runs
-# indexnow_watch() on the table; its transactions are logged one by one (pgbench -l, in chunks of
+# random row a transaction, first alone for WRITE_SECONDS, then beside a plain bulk write of
+# about the watch's volume (INSERT ... SELECT of the table into a copy with a key: what any large
+# write does to a writer on this machine), then while another session runs indexnow_watch() on
+# the table; its transactions are logged one by one (pgbench -l, in chunks of
 # a few seconds, so that each chunk's log is complete). Printed: how long the watch took, the
 # writer's longest and median transaction alone and during the watch, and then what the watch
 # left for after its commit (the table derived whole: the writes made while it derived were not
@@ -64,14 +66,32 @@ latencies() {
 
 write alone
 echo "[bench] writer alone:            $(latencies alone)"
+# The same writer beside a plain bulk write of about the watch's volume (the watch writes a queue
+# row and a source a public row, with their indexes): a copy of the table into one with a key.
+psql -c "CREATE TABLE copy (LIKE pages INCLUDING ALL)"
+start=$(date +%s.%N)
+psql -c "INSERT INTO copy SELECT * FROM pages" >/dev/null &
+copying=$!
+write copying "$copying"
+wait "$copying"
+echo "[bench] plain bulk copy:         $(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)") s"
+echo "[bench] writer during the copy:  $(latencies copying "$start")"
+psql -c "DROP TABLE copy; CHECKPOINT"
 start=$(date +%s.%N)
 psql -c "SELECT indexnow_watch('pages', url => 'https://www.example.com/{slug}', visible => 'live',
                                ignore => '{sort_order,updated_at}')" >/dev/null &
 watching=$!
+# The watch's phases as pg_stat_activity shows them, sampled every 0.2 s.
+while kill -0 "$watching" 2>/dev/null; do
+  psql -Atc "SELECT extract(epoch FROM clock_timestamp()) || ' ' || query FROM pg_stat_activity
+              WHERE query LIKE 'indexnow\_watch: %'" >> "$logs/phases" 2>/dev/null || true
+  sleep 0.2
+done &
 write during "$watching"
 wait "$watching"
 took=$(echo "$(date +%s.%N) - $start" | bc)
-echo "[bench] indexnow_watch():        $(printf '%.1f' "$took") s"
+echo "[bench] indexnow_watch():        $(printf '%.1f' "$took") s; its phases began, in seconds after it:"
+awk -v from="$start" '{t = $1; $1 = ""; if (!seen[$0]++) printf "          %6.1f %s\n", t - from, substr($0, 2, 70)}' "$logs/phases"
 echo "[bench] writer during the watch: $(latencies during "$start")"
 left=$(psql -Atc "SELECT count(*) FILTER (WHERE keys IS NULL) || ' whole-table, ' ||
                           coalesce(sum(jsonb_array_length(keys)), 0) || ' keys' FROM indexnow_changes")
