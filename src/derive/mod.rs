@@ -562,6 +562,10 @@ fn first_warning(watch: i32, warning: &str) -> bool {
     })
 }
 
+/// How many times a reader derives a change set again after a failure that is gone if tried
+/// again, before it raises it.
+const READER_TRIES_AGAIN: u32 = 3;
+
 /// Derives the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for
 /// it), together with small ones after it of the same table and watches (`most` change sets in
 /// all at most), and deletes them. Returns how many it derived: 0 when there was none.
@@ -572,10 +576,15 @@ pub fn derive_one_change_set(
     most: usize,
     passed_over: &mut Vec<i64>,
 ) -> usize {
+    let mut tries = 0;
     loop {
         match derive_taken(ext, waiting, most, &[], passed_over, None) {
             Ok(derived) => return derived,
             Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
+            // Gone if tried again: a deadlock with a worker deriving the same URLs (a whole table
+            // it derives after a watch was made) rolled back this derivation alone, and the
+            // worker went on. Tried again, as the worker tries its own again at its next pass.
+            Err(_) if tries < READER_TRIES_AGAIN => tries += 1,
             // The change set stays: this transaction ends, and it is derived again.
             Err(stuck) => error!(
                 "indexnow: deriving a change set of {} failed, it is kept for the next try: {}",

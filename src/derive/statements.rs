@@ -42,7 +42,9 @@
 //! return one row: created, changed, removed, problems (count), problem (the first few, text).
 
 use super::template::Part;
-use crate::queue::{known_live, removal_list, told_of_since, Reason, ON_CONFLICT_SQL};
+use crate::queue::{
+    known_live, removal_list, removal_unsent_of_live, told_of_since, Reason, ON_CONFLICT_SQL,
+};
 use crate::quote::{quote_ident, quote_literal};
 
 /// A watch as `indexnow_watch()` checked it: everything the statements are generated from.
@@ -487,14 +489,27 @@ impl WatchDefinition {
     /// A new watch's baseline: its rows public now taken as known to search engines. Not a
     /// row whose URL the queue holds as removed, or owed a removal (a table dropped and made
     /// again, a page unwatched and watched again): search engines were told otherwise, and the
-    /// first column counts those rows, which `indexnow_watch()` then derives as any write.
+    /// first column counts those rows, which `indexnow_watch()` then derives as any write. But a
+    /// removal no sender has tried yet, of a URL search engines were last told is live, is
+    /// withdrawn and its row taken as known (`queue::removal_unsent_of_live`): a table restored
+    /// by `pg_restore --clean`, which dropped it first, announces nothing for the pages that come
+    /// back. (The queue rows withdrawn here are left out of the insert below: a row updated by
+    /// one part of a statement cannot be updated by another's `ON CONFLICT`.)
     fn baseline(&self, keyed: bool) -> String {
         let ext = &self.ext;
         let id = self.watch_id;
         let removals = removal_list();
         format!(
             "WITH {rows}, {current}, \
-             told AS (SELECT c.* FROM c WHERE c.url_hash IS NOT NULL AND EXISTS ( \
+             withdrawn AS ( \
+               UPDATE {ext}.indexnow_urls u \
+                  SET settled_seq = u.request_seq, reason = u.settled_reason, \
+                      watch_id = coalesce(u.watch_id, {id}) \
+                WHERE u.url_hash IN (SELECT c.url_hash FROM c WHERE c.url_hash IS NOT NULL) \
+                  AND {unsent} \
+               RETURNING u.url_hash), \
+             told AS (SELECT c.* FROM c WHERE c.url_hash IS NOT NULL \
+                         AND c.url_hash NOT IN (SELECT url_hash FROM withdrawn) AND EXISTS ( \
                         SELECT FROM {ext}.indexnow_urls u WHERE u.url_hash = c.url_hash \
                            AND (u.reason IN ({removals}) OR u.settled_reason IN ({removals})))), \
              pub AS (SELECT * FROM c WHERE url_hash IS NOT NULL \
@@ -509,7 +524,8 @@ impl WatchDefinition {
                SELECT DISTINCT ON (url_hash) url, url_hash, host, \
                       coalesce(pub_at > now(), false) AS scheduled, \
                       greatest(pub_at, now()) AS available_at \
-                 FROM pub ORDER BY url_hash, coalesce(pub_at > now(), false)), \
+                 FROM pub WHERE url_hash NOT IN (SELECT url_hash FROM withdrawn) \
+                ORDER BY url_hash, coalesce(pub_at > now(), false)), \
              q AS ( \
                INSERT INTO {ext}.indexnow_urls AS u \
                  (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
@@ -525,9 +541,11 @@ impl WatchDefinition {
                     (SELECT string_agg(x.row_key::text || ': ' || x.problem, '; ') \
                        FROM (SELECT row_key, problem FROM c WHERE problem IS NOT NULL \
                               ORDER BY row_key LIMIT 3) x), \
-                    (SELECT count(*) FROM kept) + (SELECT count(*) FROM q)",
+                    (SELECT count(*) FROM kept) + (SELECT count(*) FROM q) \
+                    + (SELECT count(*) FROM withdrawn)",
             rows = self.read_rows(keyed),
             current = self.current(),
+            unsent = removal_unsent_of_live("u"),
         )
     }
 }

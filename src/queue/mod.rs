@@ -117,6 +117,20 @@ pub fn told_of_since(alias: &str, since: &str) -> String {
     )
 }
 
+/// Whether the queue row `alias` holds a removal that no sender has tried since it was queued,
+/// of a URL search engines were last told is live: withdrawn, it leaves them as they are. A page
+/// that gives its URL again before its removal went out (a table restored after `pg_restore
+/// --clean` dropped it, and watched again) owes nothing. A removal a sender has claimed (its
+/// `tried_at`, set at the claim, is as new as the request) may have arrived: it stays.
+pub fn removal_unsent_of_live(alias: &str) -> String {
+    format!(
+        "({alias}.request_seq > {alias}.settled_seq AND {alias}.reason IN ({}) AND {} \
+          AND coalesce({alias}.tried_at < {alias}.queued_at, true))",
+        removal_list(),
+        known_live(alias)
+    )
+}
+
 /// The removal reasons as a SQL list: `'moved', 'unpublished', ...`.
 pub fn removal_list() -> String {
     Reason::ALL

@@ -179,9 +179,15 @@ FROM dropped);
 WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
 FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), told AS (SELECT c.*
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
+UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
+WHERE u.url_hash IN (SELECT c.url_hash
 FROM c
-WHERE c.url_hash IS NOT NULL AND EXISTS (
+WHERE c.url_hash IS NOT NULL) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
+RETURNING u.url_hash), told AS (SELECT c.*
+FROM c
+WHERE c.url_hash IS NOT NULL AND c.url_hash NOT IN (SELECT url_hash
+FROM withdrawn) AND EXISTS (
 SELECT
 FROM "public".indexnow_urls u
 WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
@@ -196,6 +202,8 @@ DO NOTHING
 RETURNING 1), urls AS (
 SELECT DISTINCT ON (url_hash) url, url_hash, host, coalesce(pub_at > now(), false) AS scheduled, greatest(pub_at, now()) AS available_at
 FROM pub
+WHERE url_hash NOT IN (SELECT url_hash
+FROM withdrawn)
 ORDER BY url_hash, coalesce(pub_at > now(), false)), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, request_seq, settled_seq, settled_reason)
 SELECT url, url_hash, host, 'created', now(), now(), available_at, 1, 1, CASE WHEN scheduled THEN 0 ELSE 1 END, CASE WHEN scheduled THEN NULL ELSE 'created' END
@@ -212,7 +220,8 @@ FROM c
 WHERE problem IS NOT NULL
 ORDER BY row_key LIMIT 3) x), (SELECT count(*)
 FROM kept) + (SELECT count(*)
-FROM q);
+FROM q) + (SELECT count(*)
+FROM withdrawn);
 
 -- baseline_keys
 WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp
@@ -221,9 +230,15 @@ FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
 FROM w
 WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
 FROM d
-CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), told AS (SELECT c.*
+CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
+UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
+WHERE u.url_hash IN (SELECT c.url_hash
 FROM c
-WHERE c.url_hash IS NOT NULL AND EXISTS (
+WHERE c.url_hash IS NOT NULL) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
+RETURNING u.url_hash), told AS (SELECT c.*
+FROM c
+WHERE c.url_hash IS NOT NULL AND c.url_hash NOT IN (SELECT url_hash
+FROM withdrawn) AND EXISTS (
 SELECT
 FROM "public".indexnow_urls u
 WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
@@ -238,6 +253,8 @@ DO NOTHING
 RETURNING 1), urls AS (
 SELECT DISTINCT ON (url_hash) url, url_hash, host, coalesce(pub_at > now(), false) AS scheduled, greatest(pub_at, now()) AS available_at
 FROM pub
+WHERE url_hash NOT IN (SELECT url_hash
+FROM withdrawn)
 ORDER BY url_hash, coalesce(pub_at > now(), false)), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, request_seq, settled_seq, settled_reason)
 SELECT url, url_hash, host, 'created', now(), now(), available_at, 1, 1, CASE WHEN scheduled THEN 0 ELSE 1 END, CASE WHEN scheduled THEN NULL ELSE 'created' END
@@ -254,4 +271,5 @@ FROM c
 WHERE problem IS NOT NULL
 ORDER BY row_key LIMIT 3) x), (SELECT count(*)
 FROM kept) + (SELECT count(*)
-FROM q);
+FROM q) + (SELECT count(*)
+FROM withdrawn);
