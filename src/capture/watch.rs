@@ -1394,13 +1394,14 @@ fn reconcile(ext: &str, oid: pg_sys::Oid) -> Vec<(String, i64, i64, i64)> {
 #[pg_extern(volatile, parallel_unsafe)]
 fn indexnow_derive(change_sets: default!(Option<i64>, "NULL")) -> i64 {
     let ext = crate::extension::schema();
+    derive::take_all_recorded(&ext);
     let mut n = 0;
     let mut passed_over = vec![];
     loop {
         let most = change_sets.map_or(MERGED_AT_MOST, |most| {
             usize::try_from(most - n).unwrap_or(0).min(MERGED_AT_MOST)
         });
-        let derived = derive::derive_one_change_set(&ext, Waiting::Wait, most, &mut passed_over);
+        let derived = derive::derive_one_change_set(&ext, Waiting::Skip, most, &mut passed_over);
         if derived == 0 {
             return n;
         }

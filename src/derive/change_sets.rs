@@ -235,6 +235,15 @@ pub fn take(ext: &str, waiting: Waiting, most: usize, passed_over: &[i64]) -> Op
     ))
 }
 
+/// Locks every change set recorded now, in order, waiting for those another transaction holds
+/// (a worker deriving them): for a reader that derives them all, before it writes anything.
+pub fn lock_all(ext: &str) {
+    Spi::run(&format!(
+        "SELECT FROM (SELECT id FROM {ext}.indexnow_changes ORDER BY id FOR UPDATE) x"
+    ))
+    .unwrap_or_else(|e| error!("indexnow: reading the change sets: {e}"));
+}
+
 /// `taken` and the next change sets of the same table and watches that no one else is deriving,
 /// as long as their keys add up to at most a change set's. Why: a site whose saves are recorded
 /// (`indexnow.derive_at_write = 0`, or a save that met a worker's lock) leaves one change set of
