@@ -1280,15 +1280,30 @@ fn record_baseline(ext: &str, watch: derive::Watch, label: &str) {
         derive::derive(&watch, Rows::All, Reason::Gone)
             .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
     }
-    // The baseline may have written many rows: give the planner their statistics now rather
-    // than at autovacuum's next look.
-    spi(
-        "analyzing the queue",
-        Spi::run(&format!(
-            "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
-        )),
+    // A large table's baseline wrote many rows: give the planner their statistics now rather
+    // than at autovacuum's next look. Not for a small one: ANALYZE holds its lock on the two
+    // tables until the watch's transaction ends, and two transactions that each watched a table
+    // and went on could deadlock on them (seen in the tests, which never commit).
+    let large = spi(
+        "reading a table's size",
+        Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.pg_total_relation_size($1) >= $2",
+            &[watch.oid.into(), ANALYZED_FROM_BYTES.into()],
+        ),
     );
+    if large == Some(true) {
+        spi(
+            "analyzing the queue",
+            Spi::run(&format!(
+                "ANALYZE {ext}.indexnow_sources, {ext}.indexnow_urls"
+            )),
+        );
+    }
 }
+
+/// The size from which a watched table's baseline is followed by `ANALYZE` of the queue (about
+/// 50,000 rows of a typical page table).
+const ANALYZED_FROM_BYTES: i64 = 8 << 20;
 
 /// Stop watching `tbl` for the pattern `url` (a template or url_sql as given to indexnow_watch),
 /// or for every pattern when `url` is NULL. The triggers go with the table's last watch. Queued
