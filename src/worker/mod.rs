@@ -407,10 +407,21 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
     // pending rows (`request_seq > settled_seq`) and their costs can pass jit_above_cost; the
     // compilation then costs far more than the statement (measured: 244 ms of JIT for the
     // next-due query, which ran in 0.04 ms). Set as an override, which a reload keeps.
+    // And in a deadlock between the worker and a session's statement (`DROP EXTENSION` while a
+    // pass records what it sent, seen in the tests), the worker is the one rolled back: the
+    // process whose wait reaches `deadlock_timeout` first checks for the deadlock and is the one
+    // cancelled, and the worker checks after 100 ms, a session after 1 s (the default). The
+    // worker's pass is then tried again (a URL whose answer it could not record is sent again).
     unsafe {
         pg_sys::SetConfigOption(
             c"jit".as_ptr(),
             c"off".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+        pg_sys::SetConfigOption(
+            c"deadlock_timeout".as_ptr(),
+            c"100ms".as_ptr(),
             pg_sys::GucContext::PGC_SUSET,
             pg_sys::GucSource::PGC_S_OVERRIDE,
         );
