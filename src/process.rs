@@ -63,12 +63,36 @@ pub fn report_activity(what: &str, busy: bool) {
     if unsafe { pg_sys::MyBgworkerEntry }.is_null() {
         return;
     }
-    let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
     let state = if busy {
         pg_sys::BackendState::STATE_RUNNING
     } else {
         pg_sys::BackendState::STATE_IDLE
     };
+    show(what, state);
+}
+
+/// Shows `what` as the `query` of a client's long statement in `pg_stat_activity` while it runs
+/// (`indexnow_watch()`'s phases), in any backend; [`report_statement_again`] puts the statement's
+/// own text back.
+pub fn report_phase(what: &str) {
+    show(what, pg_sys::BackendState::STATE_RUNNING);
+}
+
+/// Shows the running statement's own text again after [`report_phase`].
+pub fn report_statement_again() {
+    // SAFETY: the text of the running statement, owned by it; NULL outside one.
+    let statement = unsafe { pg_sys::debug_query_string };
+    if !statement.is_null() {
+        // SAFETY: a NUL-terminated string that outlives this call.
+        show(
+            &unsafe { std::ffi::CStr::from_ptr(statement) }.to_string_lossy(),
+            pg_sys::BackendState::STATE_RUNNING,
+        );
+    }
+}
+
+fn show(what: &str, state: pg_sys::BackendState::Type) {
+    let what = std::ffi::CString::new(what.replace('\0', "")).unwrap_or_default();
     // SAFETY: copies the text into this backend's status entry.
     unsafe { pg_sys::pgstat_report_activity(state, what.as_ptr()) };
 }

@@ -616,8 +616,8 @@ fn watch_table(
     owner::as_extension_owner(|| {
         let label = &checked.table.label;
         // What the table's writes recorded so far is derived under the watches they were made for.
-        report_phase(&format!(
-            "deriving the changes recorded before watching {label}"
+        crate::process::report_phase(&format!(
+            "indexnow_watch: deriving the changes recorded before watching {label}"
         ));
         derive::derive_all_change_sets(&ext);
         let (watch_id, previous) = store(&ext, &checked, &given, replica_writes);
@@ -634,8 +634,8 @@ fn watch_table(
         };
         let rows = about_rows(oid);
         if let Some(previous) = previous {
-            report_phase(&format!(
-                "deriving the rows of {label} again ({rows}; its writes go on meanwhile)"
+            crate::process::report_phase(&format!(
+                "indexnow_watch: deriving the rows of {label} again ({rows}; its writes go on meanwhile)"
             ));
             if current_is_known {
                 take_current_as_known(&ext, &watch, &checked.table, &previous.ignore, label);
@@ -644,39 +644,18 @@ fn watch_table(
             derive::derive(&watch, Rows::All, Reason::Gone)
                 .unwrap_or_else(|e| error!("indexnow_watch: deriving the rows of {label}: {e}"));
         } else {
-            report_phase(&format!(
-                "recording the rows of {label} public now as known ({rows}; its writes go on \
+            crate::process::report_phase(&format!(
+                "indexnow_watch: recording the rows of {label} public now as known ({rows}; its writes go on \
                  meanwhile)"
             ));
             record_baseline(&ext, watch, label);
         }
-        report_phase(&format!("putting the capture triggers on {label}"));
+        crate::process::report_phase(&format!(
+            "indexnow_watch: putting the capture triggers on {label}"
+        ));
         defined.put_on(&ext, oid, watch_id);
-        report_statement_again();
+        crate::process::report_statement_again();
     });
-}
-
-/// Shows what a long `indexnow_watch()` is doing as its session's query in `pg_stat_activity`
-/// (the statement's own text is shown again when it ends: [`report_statement_again`]).
-fn report_phase(what: &str) {
-    if let Ok(text) = std::ffi::CString::new(format!("indexnow_watch: {what}")) {
-        // SAFETY: the text is copied into this backend's status entry.
-        unsafe {
-            pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, text.as_ptr())
-        };
-    }
-}
-
-fn report_statement_again() {
-    // SAFETY: the statement's text, owned by the running statement, is copied as above.
-    unsafe {
-        if !pg_sys::debug_query_string.is_null() {
-            pg_sys::pgstat_report_activity(
-                pg_sys::BackendState::STATE_RUNNING,
-                pg_sys::debug_query_string,
-            );
-        }
-    }
 }
 
 /// About how many rows `table` has, as the planner's statistics say (for a message).
@@ -760,9 +739,11 @@ fn define(
         placement::put_on(ext, &roots, Existing::Keep);
     }
     generated::again(ext, watch_id)?;
-    let unseen = placement::trees(&roots)
-        .into_iter()
-        .any(|t| !triggers::on(t) && !locked_against_writes(t));
+    // (made again after DDL, its triggers are on already)
+    let unseen = making == Making::New
+        && placement::trees(&roots)
+            .into_iter()
+            .any(|t| !triggers::on(t) && !locked_against_writes(t));
     Ok(Defined { roots, unseen })
 }
 
