@@ -115,3 +115,26 @@ RETURN pg_catalog.timezone(zone, at);
 CREATE FUNCTION _indexnow_publish_time(at date, zone text) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN pg_catalog.timezone(zone, at::pg_catalog.timestamp);
+
+-- What the single-row UPDATEs of the watched tables changed, column by column, to choose a
+-- watch's ignore list (counted with indexnow.track_columns on: src/derive/column_changes.rs).
+-- `ignored`: every active watch of the table ignores the column (NULL: the table has no active
+-- watch now); `read_by_expressions`: a watch's visible, url_sql, publish_at or expire_at reads it
+-- (its change is compared even when ignored).
+CREATE FUNCTION indexnow_column_changes(tbl regclass DEFAULT NULL)
+RETURNS TABLE (tbl regclass, column_name text, updates bigint, changed_alone bigint,
+               announced bigint, ignored boolean, read_by_expressions boolean,
+               since timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT c.tbl, c.column_name, c.updates, c.alone, c.announced,
+           (SELECT pg_catalog.bool_and(c.column_name OPERATOR(pg_catalog.=) ANY (w.ignore))
+              FROM @extschema@.indexnow_watches w WHERE w.tbl OPERATOR(pg_catalog.=) c.tbl AND w.active),
+           (SELECT pg_catalog.bool_or(c.column_name OPERATOR(pg_catalog.=) ANY (w.expression_columns))
+              FROM @extschema@.indexnow_watches w WHERE w.tbl OPERATOR(pg_catalog.=) c.tbl AND w.active),
+           c.since
+      FROM @extschema@.indexnow_column_changes c
+     WHERE (indexnow_column_changes.tbl IS NULL OR c.tbl OPERATOR(pg_catalog.=) indexnow_column_changes.tbl)
+       AND EXISTS (SELECT FROM pg_catalog.pg_class r WHERE r.oid OPERATOR(pg_catalog.=) c.tbl)
+     ORDER BY c.tbl::pg_catalog.text, c.updates DESC, c.column_name
+$$;

@@ -119,6 +119,7 @@ CREATE TABLE indexnow_watches (
     expression_columns text[],
     -- its tables' capture triggers fire in replica mode too (ENABLE ALWAYS): see placement.rs
     replica_writes boolean NOT NULL DEFAULT false,
+    expire_at     text,                             -- when a public row stops being public
     CHECK ((url IS NULL) <> (url_sql IS NULL))
 );
 CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) WHERE active;
@@ -133,6 +134,8 @@ CREATE UNIQUE INDEX indexnow_watches_pattern ON indexnow_watches (tbl, pattern) 
 CREATE TABLE indexnow_relations (
     watch_id   integer NOT NULL,                    -- the watch (indexnow_watches.id)
     tbl        regclass NOT NULL,                   -- the related table
+    whole      boolean NOT NULL DEFAULT false,      -- related_whole: a write to it derives the
+                                                    --   whole watched table
     PRIMARY KEY (watch_id, tbl)
 );
 
@@ -147,7 +150,9 @@ CREATE TABLE indexnow_changes (
     watches     integer[],                          -- the watches to derive (NULL: all of tbl's)
     keys        jsonb,                              -- [[key columns...], ...]; NULL: every row
                                                     --   (TRUNCATE)
-    recorded_at timestamptz NOT NULL DEFAULT now()
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    columns     text[]                              -- the columns a single-row UPDATE changed,
+                                                    --   with indexnow.track_columns on
 );
 
 -- What each watch last derived from each row that gave it a public URL (live or scheduled): the
@@ -165,12 +170,35 @@ CREATE TABLE indexnow_sources (
     publish_at  timestamptz,
     since       timestamptz NOT NULL,               -- since when this row gives this URL
                                                     --   (-infinity: public before it was watched)
+    -- A page search engines know as live whose publication time moved into the future: its
+    -- removal was queued, and its announcement is owed at publish_at (src/derive/statements.rs).
+    withdrawn   boolean NOT NULL DEFAULT false,
+    -- When the row must be derived again without a write: its expiry, or the publication time
+    -- of a withdrawn page. The workers derive the rows whose time has come (`record_woken` in
+    -- src/derive/change_sets.rs).
+    wake_at     timestamptz,
     PRIMARY KEY (watch_id, row_key)
 ) WITH (fillfactor = 70);
 -- fillfactor: a content change rewrites the row's fingerprint only (neither indexed column), and
 -- with room on the page that update is HOT. Measured, deriving 10,000 changed rows: the sources
 -- upsert took 295 ms at the default fillfactor, 173 ms at 70.
 CREATE INDEX indexnow_sources_url ON indexnow_sources (url_hash);
+CREATE INDEX indexnow_sources_wake ON indexnow_sources (wake_at) WHERE wake_at IS NOT NULL;
+
+-- Which columns the single-row UPDATEs of each watched table changed (indexnow.track_columns),
+-- counted by the deriver of their change sets (src/derive/column_changes.rs): how many updates
+-- changed the column, how many changed it alone, and how many of those the derivation announced
+-- (queued a request for). Read with indexnow_column_changes(); delete rows to start again.
+CREATE TABLE indexnow_column_changes (
+    tbl         regclass NOT NULL,
+    column_name text NOT NULL,
+    updates     bigint NOT NULL,
+    alone       bigint NOT NULL,
+    announced   bigint NOT NULL,
+    since       timestamptz NOT NULL,               -- first counted
+    last_at     timestamptz NOT NULL,               -- last counted
+    PRIMARY KEY (tbl, column_name)
+);
 
 -- One row per request made (or per dry-run decision).
 CREATE TABLE indexnow_pushes (

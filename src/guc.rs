@@ -33,6 +33,7 @@ pub static HISTORY_DAYS: GucSetting<i32> = GucSetting::<i32>::new(30);
 pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
 pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_IN_FLIGHT: GucSetting<i32> = GucSetting::<i32>::new(32);
+pub static TRACK_COLUMNS: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// The most `indexnow.max_in_flight` allows: each request in flight is a thread and a connection.
 pub const MAX_MAX_IN_FLIGHT: i32 = 256;
@@ -90,6 +91,14 @@ pub fn register() {
         &ENDPOINT,
         Suset,
         GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_bool_guc(
+        c"indexnow.track_columns",
+        c"Count, per watched table, which columns single-row UPDATEs change and how many of them were announced: indexnow_column_changes().",
+        c"Compares every column of the row the UPDATE changed (the UPDATE gate stops at the first difference), in the writing session.",
+        &TRACK_COLUMNS,
+        Suset,
+        none,
     );
     GucRegistry::define_int_guc(
         c"indexnow.derive_at_write",

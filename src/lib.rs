@@ -34,6 +34,8 @@
 //!   the catalog, kept per backend until an invalidation
 //! - `derive/settings.rs`  the settings every derivation runs under
 //! - `derive/change_sets.rs`  change sets: recorded by the writing statement, taken by a deriver
+//!   (and rows whose time has come, their expiry or a withdrawn page's publication, woken as such)
+//! - `derive/column_changes.rs`  which columns tracked saves changed, counted by their deriver
 //! - `derive/key.rs`      a table's primary key as the watches use it
 //! - `derive/owner.rs`    a watch's SQL run with its maker's rights, the extension's with its owner's
 //! - `derive/template.rs` URL templates and their percent-encoding

@@ -40,6 +40,45 @@ struct ForeignKey {
     built_in_types: bool,
 }
 
+/// One step of a path from the watched table to a related table, along a foreign key either way:
+/// up, from the referencing row to the row it references (a translation to its article, a page
+/// to its category), or down, from a row to the rows that reference it (a page to its body row
+/// keyed by the page, to its access restrictions, to the site whose root it is).
+#[derive(Clone, Debug)]
+struct Hop {
+    fk: ForeignKey,
+    up: bool,
+}
+
+impl Hop {
+    /// The table the step goes to.
+    fn to(&self) -> pg_sys::Oid {
+        if self.up {
+            self.fk.parent
+        } else {
+            self.fk.child
+        }
+    }
+
+    /// The columns of the key on the side the step leaves.
+    fn near_cols(&self) -> &[String] {
+        if self.up {
+            &self.fk.child_cols
+        } else {
+            &self.fk.parent_cols
+        }
+    }
+
+    /// The columns of the key on the side the step reaches.
+    fn far_cols(&self) -> &[String] {
+        if self.up {
+            &self.fk.parent_cols
+        } else {
+            &self.fk.child_cols
+        }
+    }
+}
+
 /// A related table and the query from its written rows to the watched rows' keys.
 pub struct Relation {
     pub table: pg_sys::Oid,
@@ -56,13 +95,28 @@ pub fn plan(
 ) -> Result<Vec<Relation>, String> {
     let mut tables: Vec<Table> = vec![];
     for name in related {
-        let found: Option<Table> = Spi::connect(|client| {
+        tables.push(named(name)?);
+    }
+    let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.oid).collect();
+    all.push(watched);
+    let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
+    let watched = Table {
+        oid: watched,
+        name: super::triggers::table_qualified(watched),
+        label: String::new(),
+    };
+    relations(&watched, key, &tables, &keys)
+}
+
+/// The table `name` names (`to_regclass`), or why there is none.
+fn named(name: &str) -> Result<Table, String> {
+    let found: Option<Table> = Spi::connect(|client| {
             let t = client.select(
                 "SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname), pg_catalog.format('%s.%s', n.nspname, c.relname) \
                    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                   WHERE c.oid = pg_catalog.to_regclass($1)",
                 None,
-                &[name.as_str().into()],
+                &[name.into()],
             )?;
             if t.is_empty() {
                 return Ok::<_, pgrx::spi::Error>(None);
@@ -75,18 +129,12 @@ pub fn plan(
             }))
         })
         .map_err(|e| e.to_string())?;
-        let found = found.ok_or_else(|| format!("related table \"{name}\" does not exist"))?;
-        tables.push(found);
-    }
-    let mut all: Vec<pg_sys::Oid> = tables.iter().map(|t| t.oid).collect();
-    all.push(watched);
-    let keys = foreign_keys(&all).map_err(|e| e.to_string())?;
-    let watched = Table {
-        oid: watched,
-        name: super::triggers::table_qualified(watched),
-        label: String::new(),
-    };
-    relations(&watched, key, &tables, &keys)
+    found.ok_or_else(|| format!("related table \"{name}\" does not exist"))
+}
+
+/// A related table by its name: its OID and its label for messages, or why it cannot be one.
+pub fn table_named(name: &str) -> Result<(pg_sys::Oid, String), String> {
+    named(name).map(|t| (t.oid, t.label))
 }
 
 /// A table as the relation queries name it (`name`, quoted) and messages do (`label`).
@@ -135,7 +183,7 @@ fn relations(
                 ));
             }
             // The dependents query joins along these keys as the extension's owner.
-            if paths.iter().flatten().any(|fk| !fk.built_in_types) {
+            if paths.iter().flatten().any(|hop| !hop.fk.built_in_types) {
                 return Err(format!(
                     "the foreign keys from {watched_name} to related table {label} use a type \
                      defined in the database: their columns must be of built-in types"
@@ -197,33 +245,50 @@ struct Related {
 /// with more is refused).
 const PATHS_AT_MOST: usize = 16;
 
-/// The chains of foreign keys from `from` (child) to `to` (parent) that pass no table twice,
-/// shortest first, at most `at_most`; `None` when there are too many partial chains to search.
-/// Searched breadth first, so a dense graph of foreign keys
-/// among many related tables is not walked to its end (its simple paths grow as a factorial).
+/// The chains of foreign keys from `from` to `to`, each key followed either way, that pass no
+/// table twice, shortest first, at most `at_most`; `None` when there are too many partial chains
+/// to search. A table's key to itself is no step (a tree is followed by [`below`] and
+/// [`below_written`]). Searched breadth first, so a dense graph of foreign keys among many
+/// related tables is not walked to its end (its simple paths grow as a factorial).
 fn paths(
     keys: &[ForeignKey],
     from: pg_sys::Oid,
     to: pg_sys::Oid,
     at_most: usize,
-) -> Option<Vec<Vec<ForeignKey>>> {
+) -> Option<Vec<Vec<Hop>>> {
     let mut found = vec![];
     let mut cut = false;
-    let mut chains: Vec<(pg_sys::Oid, Vec<&ForeignKey>)> = vec![(from, vec![])];
+    let mut chains: Vec<(pg_sys::Oid, Vec<Hop>)> = vec![(from, vec![])];
     while !chains.is_empty() && found.len() < at_most {
         let mut longer = vec![];
         for (at, chain) in chains {
-            for fk in keys.iter().filter(|k| k.child == at) {
-                let seen = fk.parent == from || chain.iter().any(|c| c.parent == fk.parent);
+            let steps = keys.iter().filter(|k| k.child != k.parent).filter_map(|k| {
+                if k.child == at {
+                    Some(Hop {
+                        fk: k.clone(),
+                        up: true,
+                    })
+                } else if k.parent == at {
+                    Some(Hop {
+                        fk: k.clone(),
+                        up: false,
+                    })
+                } else {
+                    None
+                }
+            });
+            for hop in steps {
+                let seen = hop.to() == from || chain.iter().any(|c| c.to() == hop.to());
                 if seen {
                     continue;
                 }
                 let mut next = chain.clone();
-                next.push(fk);
-                if fk.parent == to {
-                    found.push(next.into_iter().cloned().collect());
+                let reached = hop.to();
+                next.push(hop);
+                if reached == to {
+                    found.push(next);
                 } else if longer.len() < at_most * keys.len() {
-                    longer.push((fk.parent, next));
+                    longer.push((reached, next));
                 } else {
                     cut = true;
                 }
@@ -246,7 +311,7 @@ fn below_written(
     keys: &[ForeignKey],
     table: pg_sys::Oid,
     name: &str,
-    paths: &[Vec<ForeignKey>],
+    paths: &[Vec<Hop>],
 ) -> String {
     let own: Vec<&ForeignKey> = keys
         .iter()
@@ -259,7 +324,7 @@ fn below_written(
     let mut carried: Vec<&String> = vec![];
     let last_hops = paths.iter().filter_map(|p| p.last());
     for c in last_hops
-        .flat_map(|fk| &fk.parent_cols)
+        .flat_map(|hop| hop.far_cols())
         .chain(own.iter().flat_map(|fk| &fk.parent_cols))
     {
         if !carried.contains(&c) {
@@ -375,13 +440,13 @@ fn descendants(watched: &str, key: &[String], own: &[&ForeignKey]) -> String {
     )
 }
 
-/// `SELECT select FROM watched t0 JOIN ... WHERE (last hop's child columns) IN (SELECT parent
-/// columns FROM indexnow_changed_rows r)`: `select` is the keys
+/// `SELECT select FROM watched t0 JOIN ... WHERE (the last step's columns on this side) IN
+/// (SELECT its columns on the written table's side FROM indexnow_changed_rows r)`: `select` is the keys
 /// (`jsonb_build_array(t0.key...) AS k`) or the rows (`t0.*`).
 fn dependents(
     watched: &str,
     select: &str,
-    path: &[ForeignKey],
+    path: &[Hop],
     names: &HashMap<pg_sys::Oid, String>,
 ) -> String {
     let cols = |alias: &str, cols: &[String]| {
@@ -391,22 +456,22 @@ fn dependents(
             .join(", ")
     };
     let mut from = format!("{watched} t0");
-    for (i, fk) in path.iter().enumerate().take(path.len() - 1) {
-        let on = fk
-            .child_cols
+    for (i, hop) in path.iter().enumerate().take(path.len() - 1) {
+        let on = hop
+            .near_cols()
             .iter()
-            .zip(&fk.parent_cols)
+            .zip(hop.far_cols())
             .map(|(c, p)| format!("t{i}.{} = t{}.{}", quote_ident(c), i + 1, quote_ident(p)))
             .collect::<Vec<_>>()
             .join(" AND ");
-        from.push_str(&format!(" JOIN {} t{} ON {on}", names[&fk.parent], i + 1));
+        from.push_str(&format!(" JOIN {} t{} ON {on}", names[&hop.to()], i + 1));
     }
     let last = path.last().expect("a path has a foreign key");
     let n = path.len() - 1;
     format!(
-        "SELECT {select} FROM {from} WHERE ({child}) IN (SELECT {parent} FROM {CHANGED} r)",
-        child = cols(&format!("t{n}"), &last.child_cols),
-        parent = cols("r", &last.parent_cols),
+        "SELECT {select} FROM {from} WHERE ({near}) IN (SELECT {far} FROM {CHANGED} r)",
+        near = cols(&format!("t{n}"), last.near_cols()),
+        far = cols("r", last.far_cols()),
     )
 }
 
@@ -470,26 +535,35 @@ pub struct Dependents {
 }
 
 /// The relations of active watches that read the table `table`, each planned from the watch's
-/// related tables (as `indexnow_watch()` stored them) and the foreign keys the catalog has now.
+/// related tables (as `indexnow_watch()` stored them) and the foreign keys the catalog has now;
+/// none for a table the watch reads whole (`related_whole`).
 pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
+    // (`whole` read from the row as jsonb: the capture trigger runs this between a restart onto
+    // this library and the update, while the database's `indexnow_relations` has no such column)
+    let whole = |alias: &str| {
+        format!("coalesce((pg_catalog.to_jsonb({alias}) ->> 'whole')::pg_catalog.bool, false)")
+    };
+    let (whole_a, whole_r) = (whole("a"), whole("r"));
     let sql = format!(
         "SELECT r.watch_id, w.tbl::pg_catalog.oid, \
                 ARRAY(SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
                         FROM {ext}.indexnow_relations a \
                         JOIN pg_catalog.pg_class c ON c.oid = a.tbl \
                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                       WHERE a.watch_id = r.watch_id ORDER BY a.tbl) \
+                       WHERE a.watch_id = r.watch_id AND NOT {whole_a} ORDER BY a.tbl), \
+                {whole_r} \
            FROM {ext}.indexnow_relations r \
            JOIN {ext}.indexnow_watches w ON w.id = r.watch_id \
           WHERE r.tbl = $1::pg_catalog.oid::pg_catalog.regclass AND w.active ORDER BY r.watch_id"
     );
-    let watches: Vec<(i32, pg_sys::Oid, Vec<String>)> = Spi::connect(|client| {
+    let watches: Vec<(i32, pg_sys::Oid, Vec<String>, bool)> = Spi::connect(|client| {
         crate::plan_cache::read(client, &sql, &[table.into()])?
             .map(|r| {
                 Ok((
                     r.get(1)?.unwrap_or_default(),
                     r.get(2)?.unwrap_or(pg_sys::InvalidOid),
                     r.get(3)?.unwrap_or_default(),
+                    r.get(4)?.unwrap_or_default(),
                 ))
             })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
@@ -497,9 +571,10 @@ pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
     .unwrap_or_else(|e| error!("indexnow: reading the relations of a table: {e}"));
     watches
         .into_iter()
-        .map(|(watch_id, watched, related)| {
+        .map(|(watch_id, watched, related, whole)| {
             let key = crate::derive::key::names(watched);
-            let dependents = if key.is_empty() {
+            // (read whole: a write derives the whole watched table)
+            let dependents = if key.is_empty() || whole {
                 None
             } else {
                 plan(watched, &key, &related).ok().and_then(|relations| {
@@ -518,16 +593,20 @@ pub fn of_table(ext: &str, table: pg_sys::Oid) -> Vec<Dependents> {
 }
 
 /// Whether `written` (a table above related table `related`) has every column of `related` that
-/// a foreign key references: the columns the dependents queries read from the written rows.
+/// a foreign key references or that references another table: the columns the dependents
+/// queries may read from the written rows.
 pub fn referenced_columns_in(related: pg_sys::Oid, written: pg_sys::Oid) -> bool {
     crate::plan_cache::get_one::<bool>(
         "SELECT pg_catalog.bool_and(EXISTS ( \
                   SELECT FROM pg_catalog.pg_attribute w \
                    WHERE w.attrelid = $2 AND w.attname = a.attname AND NOT w.attisdropped)) \
-           FROM pg_catalog.pg_constraint c \
-           CROSS JOIN LATERAL pg_catalog.unnest(c.confkey) k(attnum) \
-           JOIN pg_catalog.pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum \
-          WHERE c.contype = 'f' AND c.confrelid = $1",
+           FROM (SELECT c.confkey AS cols FROM pg_catalog.pg_constraint c \
+                  WHERE c.contype = 'f' AND c.confrelid = $1 \
+                 UNION ALL \
+                 SELECT c.conkey FROM pg_catalog.pg_constraint c \
+                  WHERE c.contype = 'f' AND c.conrelid = $1) c \
+           CROSS JOIN LATERAL pg_catalog.unnest(c.cols) k(attnum) \
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attnum = k.attnum",
         &[related.into(), written.into()],
     )
     .unwrap_or_else(|e| error!("indexnow: reading the columns of a related table: {e}"))
@@ -580,14 +659,61 @@ mod tests {
         assert_eq!(found[0].len(), 1);
         assert!(found.windows(2).all(|w| w[0].len() <= w[1].len()));
         for path in &found {
-            assert_eq!(path[0].child, Oid::from(1));
-            assert_eq!(path.last().unwrap().parent, Oid::from(2));
-            assert!(path.windows(2).all(|w| w[0].parent == w[1].child));
+            let first = &path[0];
+            assert_eq!(
+                if first.up {
+                    first.fk.child
+                } else {
+                    first.fk.parent
+                },
+                Oid::from(1)
+            );
+            assert_eq!(path.last().unwrap().to(), Oid::from(2));
+            assert!(path.windows(2).all(|w| {
+                let from = if w[1].up {
+                    w[1].fk.child
+                } else {
+                    w[1].fk.parent
+                };
+                w[0].to() == from
+            }));
         }
         // A chain that comes back through the table it started from is no path.
         let keys = vec![fk(1, 3), fk(3, 1), fk(1, 2)];
         assert_eq!(
             paths(&keys, Oid::from(1), Oid::from(2), PATHS_AT_MOST)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_table_that_references_the_watched_one_is_reached_back_along_its_key() {
+        // 3 (a body table) and 4 (restrictions) reference 1 (pages); 2 (sections) is referenced.
+        let keys = vec![fk(3, 1), fk(4, 1), fk(1, 2)];
+        let reached = |to| paths(&keys, Oid::from(1), Oid::from(to), PATHS_AT_MOST).unwrap();
+        let body = reached(3);
+        assert_eq!(body.len(), 1);
+        assert!(
+            !body[0][0].up,
+            "down, from the page to the rows that reference it"
+        );
+        assert_eq!(body[0][0].near_cols(), ["id"]);
+        assert_eq!(body[0][0].far_cols(), ["to_1"]);
+        // Restrictions of the section's other pages are not reached through the section.
+        assert_eq!(reached(4).len(), 1);
+        // From a body table to the section: down to pages, then up.
+        let up_again = paths(&keys, Oid::from(3), Oid::from(2), PATHS_AT_MOST).unwrap();
+        assert_eq!(up_again.len(), 1);
+        assert_eq!(
+            up_again[0].iter().map(|h| h.up).collect::<Vec<_>>(),
+            [true, true]
+        );
+        // A table's key to itself is no step of a path.
+        let keys = vec![fk(1, 1), fk(3, 1)];
+        assert_eq!(
+            paths(&keys, Oid::from(1), Oid::from(3), PATHS_AT_MOST)
                 .unwrap()
                 .len(),
             1
@@ -631,7 +757,8 @@ mod golden {
     /// The related-table lookups of the shapes capture follows, pinned by a golden file
     /// (`crate::golden`): a translation whose URL reads its article and the article's category
     /// (a tree of categories, a second path through the article's second category), and a tree
-    /// of pages that is its own related table and reads its section.
+    /// of pages that is its own related table and reads its section, its body table (keyed by the
+    /// page) and its restrictions (which reference it).
     #[test]
     fn the_related_table_lookups_are_the_golden_ones() {
         const TRANSLATIONS: u32 = 1;
@@ -639,7 +766,11 @@ mod golden {
         const CATEGORIES: u32 = 3;
         const PAGES: u32 = 4;
         const SECTIONS: u32 = 5;
+        const BODIES: u32 = 6;
+        const RESTRICTIONS: u32 = 7;
         let keys = vec![
+            fk(BODIES, "page_ptr_id", PAGES),
+            fk(RESTRICTIONS, "page_id", PAGES),
             fk(TRANSLATIONS, "article_id", ARTICLES),
             fk(ARTICLES, "category_id", CATEGORIES),
             fk(ARTICLES, "second_category_id", CATEGORIES),
@@ -658,7 +789,12 @@ mod golden {
         let pages = relations(
             &table(PAGES, "pages"),
             &["id".to_string()],
-            &[table(PAGES, "pages"), table(SECTIONS, "sections")],
+            &[
+                table(PAGES, "pages"),
+                table(SECTIONS, "sections"),
+                table(BODIES, "blog_pages"),
+                table(RESTRICTIONS, "restrictions"),
+            ],
             &keys,
         )
         .unwrap();

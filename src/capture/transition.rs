@@ -65,6 +65,33 @@ pub unsafe fn differing_sets(
     changed
 }
 
+/// The names of the columns whose value differs between the one row of `old` and the one row of
+/// `new` (a single-row UPDATE), in the table's order; every column is compared (dropped ones
+/// aside).
+pub unsafe fn changed_columns(
+    old: *mut pg_sys::Tuplestorestate,
+    new: *mut pg_sys::Tuplestorestate,
+    desc: pg_sys::TupleDesc,
+) -> Vec<String> {
+    let natts = (*desc).natts as i16;
+    let (old_row, new_row) = (Reader::new(old, desc), Reader::new(new, desc));
+    if !old_row.next(natts) || !new_row.next(natts) {
+        return vec![];
+    }
+    (1..=natts)
+        .filter(|&att| {
+            let attr = crate::compat::attribute(desc, (att - 1) as usize);
+            !attr.attisdropped && !old_row.same(&new_row, att)
+        })
+        .map(|att| {
+            let attr = crate::compat::attribute(desc, (att - 1) as usize);
+            std::ffi::CStr::from_ptr(attr.attname.data.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 /// A read of one transition table from its start, on a read pointer of its own (the statements
 /// read it again afterwards with theirs).
 struct Reader {

@@ -198,6 +198,10 @@ fn capture_own_rows(
     let in_statement = rows <= derive_at_write() && read_committed;
     // SAFETY: the relation's descriptor belongs to this trigger call.
     let desc = unsafe { (*data.tg_relation).rd_att };
+    // (counted when its change set is derived: `crate::derive::column_changes`)
+    let columns = (event == Event::Update && rows == 1 && !in_statement)
+        .then(|| tracked_columns(data))
+        .flatten();
     let keys: Option<serde_json::Value> = if in_statement {
         match &capture.key_columns {
             // The keys, read here when their types allow (else by SQL over the transition tables).
@@ -226,17 +230,29 @@ fn capture_own_rows(
         }
     } else {
         match &capture.key_columns {
-            Some(columns) => record_keys_read_here(ext, relid, ids.clone(), &stores, desc, columns),
+            Some(key_columns) => record_keys_read_here(
+                ext,
+                relid,
+                ids.clone(),
+                &stores,
+                desc,
+                key_columns,
+                &columns,
+            ),
             None => with_transition_tables(data, |client| {
                 let sql = format!(
                     "{}{}",
                     table.plan_tag,
-                    change_sets::recording_sql(ext, &capture.key, sources)
+                    change_sets::recording_sql(ext, &capture.key, sources, columns.is_some())
                 );
+                let mut args = vec![relid.into(), ids.clone().into()];
+                if let Some(columns) = &columns {
+                    args.push(columns.clone().into());
+                }
                 if rows <= KEEP_PLAN_ROWS {
-                    plan_cache::write(client, &sql, &[relid.into(), ids.clone().into()])?;
+                    plan_cache::write(client, &sql, &args)?;
                 } else {
-                    client.update(sql.as_str(), None, &[relid.into(), ids.clone().into()])?;
+                    client.update(sql.as_str(), None, &args)?;
                 }
                 Ok(())
             }),
@@ -255,6 +271,23 @@ fn capture_own_rows(
     }
 }
 
+/// The columns a single-row UPDATE changed, when `indexnow.track_columns` is on and this
+/// database's SQL is this library's (between a restart onto a new library and the update, its
+/// change sets have no place for them).
+fn tracked_columns(data: &pg_sys::TriggerData) -> Option<Vec<String>> {
+    if !crate::guc::TRACK_COLUMNS.get() || crate::extension::version_mismatch().is_some() {
+        return None;
+    }
+    // SAFETY: both transition tables and the relation's descriptor belong to this trigger call.
+    Some(unsafe {
+        transition::changed_columns(
+            data.tg_oldtable,
+            data.tg_newtable,
+            (*data.tg_relation).rd_att,
+        )
+    })
+}
+
 /// Keys written by `transition::event_keys` (valid JSON by construction).
 fn parse_keys(array: &str) -> serde_json::Value {
     serde_json::from_str(array)
@@ -269,7 +302,8 @@ fn record_keys_read_here(
     ids: Option<Vec<i32>>,
     stores: &[*mut pg_sys::Tuplestorestate],
     desc: pg_sys::TupleDesc,
-    columns: &[cache::KeyColumn],
+    key_columns: &[cache::KeyColumn],
+    changed: &Option<Vec<String>>,
 ) {
     Spi::connect_mut(|client| {
         // SAFETY: the transition tables and the descriptor belong to this trigger call.
@@ -277,10 +311,10 @@ fn record_keys_read_here(
             transition::event_keys(
                 stores,
                 desc,
-                columns,
+                key_columns,
                 change_sets::KEYS_AT_MOST,
                 false,
-                |keys| change_sets::record(client, ext, relid, ids.clone(), keys),
+                |keys| change_sets::record(client, ext, relid, ids.clone(), keys, changed),
             )
         }
     })

@@ -255,7 +255,8 @@ fn expression_columns(oid: pg_sys::Oid, table: &Table, expr: &str) -> Option<Vec
     })
 }
 
-/// Refuses `expr` (the argument `what`) when it reads the clock: a watch's expressions are
+/// Refuses `expr` (the argument `what`) when it reads the clock, or calls a volatile function of
+/// PostgreSQL's ([`Unfollowed`]): a watch's expressions are
 /// evaluated when a row is written, so a page whose `visible` says `published_at <= now()` would
 /// never become public at that time, nor an expired one stop being public, without a write.
 /// Found in the analyzed expression: a call of `now()`, `current_timestamp` and its kin,
@@ -273,13 +274,20 @@ fn check_no_clock(table: &Table, expr: &str, what: &str) {
         .into_owned();
         clock_read_in(&tree, text)
     });
-    if let Some(clock) = clock {
-        watch_error(format!(
+    match clock {
+        Some(Unfollowed::Clock(clock)) => watch_error(format!(
             "{what} reads the clock ({clock}): a watch evaluates it when a row is written, so a \
              page would not become public, or stop being public, at that time without a write; \
-             give the time as publish_at (a column or an expression of the row), which indexnow \
-             follows by itself"
-        ));
+             give the time as publish_at or expire_at (a column or an expression of the row), \
+             which indexnow follows by itself"
+        )),
+        Some(Unfollowed::Volatile(function)) => watch_error(format!(
+            "{what} calls {function}, a volatile function: its value changes without any write, \
+             so what a row derives to would change unseen (and differ between two derivations \
+             of the same row); give the watch an expression of the row's values (for time, \
+             publish_at or expire_at)"
+        )),
+        None => {}
     }
 }
 
@@ -307,9 +315,18 @@ fn quoted_literals(sql: &str) -> Vec<String> {
     literals
 }
 
-/// The first clock an analyzed expression (`tree`, as `nodeToString` prints it; `text`, the
-/// statement its locations are in) reads: see [`check_no_clock`].
-fn clock_read_in(tree: &str, text: &str) -> Option<String> {
+/// What a watch's expression may read that no write follows.
+enum Unfollowed {
+    /// The clock: `now()`, `current_date`, `'today'`.
+    Clock(String),
+    /// A volatile function of PostgreSQL's: `random()`, `nextval()`.
+    Volatile(String),
+}
+
+/// The first clock or volatile built-in function an analyzed expression (`tree`, as
+/// `nodeToString` prints it; `text`, the statement its locations are in) reads: see
+/// [`check_no_clock`].
+fn clock_read_in(tree: &str, text: &str) -> Option<Unfollowed> {
     // (`current_date` and its kin are functions from PostgreSQL 16 on, SQL value functions
     // before)
     const CLOCK_FUNCTIONS: [&str; 10] = [
@@ -351,7 +368,7 @@ fn clock_read_in(tree: &str, text: &str) -> Option<String> {
                 };
                 let oid = pg_sys::Oid::from(oid);
                 // SAFETY: syscache lookups of a function the analyzer resolved.
-                let (name, args, in_catalog) = unsafe {
+                let (name, args, in_catalog, volatile) = unsafe {
                     let name = pg_sys::get_func_name(oid);
                     if name.is_null() {
                         continue;
@@ -363,12 +380,19 @@ fn clock_read_in(tree: &str, text: &str) -> Option<String> {
                         pg_sys::get_func_nargs(oid),
                         pg_sys::get_func_namespace(oid)
                             == pg_sys::Oid::from(pg_sys::PG_CATALOG_NAMESPACE),
+                        pg_sys::func_volatile(oid)
+                            == pg_sys::PROVOLATILE_VOLATILE as std::ffi::c_char,
                     )
                 };
                 if in_catalog
                     && (CLOCK_FUNCTIONS.contains(&name.as_str()) || (name == "age" && args == 1))
                 {
-                    return Some(format!("{name}()"));
+                    return Some(Unfollowed::Clock(format!("{name}()")));
+                }
+                // (random(), nextval(), gen_random_uuid(): a value of their own each call; a
+                // function of the user's, volatile by default, may well read the row alone)
+                if in_catalog && volatile {
+                    return Some(Unfollowed::Volatile(format!("{name}()")));
                 }
             }
             "{SQLVALUEFUNCTION" => {
@@ -376,11 +400,11 @@ fn clock_read_in(tree: &str, text: &str) -> Option<String> {
                     continue;
                 };
                 if op <= pg_sys::SQLValueFunctionOp::SVFOP_LOCALTIMESTAMP_N as i64 {
-                    return Some(
+                    return Some(Unfollowed::Clock(
                         "current_date, current_time, current_timestamp, localtime or \
-                                 localtimestamp"
+                         localtimestamp"
                             .into(),
-                    );
+                    ));
                 }
             }
             "{CONST" => {
@@ -407,7 +431,7 @@ fn clock_read_in(tree: &str, text: &str) -> Option<String> {
                     .map(|w| w.trim().to_ascii_lowercase())
                     .find(|w| CLOCK_WORDS.contains(&w.as_str()))
                 {
-                    return Some(format!("'{word}'"));
+                    return Some(Unfollowed::Clock(format!("'{word}'")));
                 }
             }
             _ => {}
@@ -564,11 +588,16 @@ fn current_role_name() -> String {
 /// only by the changed `ignore` list, and a page that `visible` now makes public, are not
 /// announced; a page that no longer gives its URL still owes its removal.
 ///
-/// (Its C symbol is `watch_table_wrapper`: `indexnow_watch_wrapper` is what releases before 0.4.0
-/// declared with eight arguments, see [`indexnow_watch_wrapper`].)
+/// With `expire_at`, a public row stops being public at that time, and its removal is owed then
+/// without a write. `related_whole` names tables the watch's expressions read whose write may
+/// change any of its rows (a site's host name, an access rule over a subtree): a write to one
+/// derives the whole table.
+///
+/// (Its C symbol is `watch_pattern_wrapper`: earlier releases declared it with fewer arguments,
+/// under the symbols of `refused_earlier_declaration!`.)
 #[pg_extern(name = "indexnow_watch", volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
-fn watch_table(
+fn watch_pattern(
     tbl: Option<PgRelation>,
     url: default!(Option<&str>, "NULL"),
     visible: default!(Option<&str>, "NULL"),
@@ -579,6 +608,8 @@ fn watch_table(
     related: default!(Option<Vec<String>>, "NULL"),
     current_is_known: default!(Option<bool>, "false"),
     replica_writes: default!(Option<bool>, "false"),
+    expire_at: default!(Option<&str>, "NULL"),
+    related_whole: default!(Option<Vec<String>>, "NULL"),
 ) {
     let tbl = required("indexnow_watch", "the table", tbl);
     let hidden_reason = required("indexnow_watch", "hidden_reason", hidden_reason);
@@ -598,20 +629,30 @@ fn watch_table(
         visible,
         ignore,
         publish_at,
+        expire_at,
         hidden_reason,
     };
     // As the caller: every argument checked against the table, with the caller's rights.
     let checked = check(&ext, caller, oid, &given);
-    // (one table named twice, `{shelves,public.shelves}`, is one related table)
-    let related = related.map(|names| {
+    // (one table named twice, `{shelves,public.shelves}`, is one related table; one named in
+    // both lists is read whole)
+    let distinct = |names: Option<Vec<String>>| {
         let mut tables: Vec<String> = vec![];
-        for table in names.iter().map(|n| related_table(n)) {
+        for table in names.unwrap_or_default().iter().map(|n| related_table(n)) {
             if !tables.contains(&table) {
                 tables.push(table);
             }
         }
         tables
-    });
+    };
+    let whole = distinct(related_whole);
+    let related = Related {
+        followed: distinct(related)
+            .into_iter()
+            .filter(|t| !whole.contains(t))
+            .collect(),
+        whole,
+    };
     // The extension's part, as its owner.
     owner::as_extension_owner(|| {
         let label = &checked.table.label;
@@ -675,29 +716,38 @@ fn about_rows(table: pg_sys::Oid) -> String {
     }
 }
 
-/// `indexnow_watch()` as releases before 0.4.0 declare it (eight arguments, this C symbol): between
-/// a server's restart onto this library and `ALTER EXTENSION indexnow UPDATE`, a watch made would
-/// generate statements for SQL the database does not have yet; refused, as the other functions
-/// whose SQL changed are, with the hint to update.
-///
-/// # Safety
-/// Called by PostgreSQL through the version-1 calling convention; reads no argument.
-#[pg_guard]
-#[unsafe(no_mangle)]
-#[doc(hidden)]
-pub unsafe extern "C-unwind" fn indexnow_watch_wrapper(
-    _fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    crate::extension::require_current_version();
-    error!("indexnow_watch: this database's indexnow_watch() is not this library's: run ALTER EXTENSION indexnow UPDATE")
-}
+/// `indexnow_watch()` as earlier releases declare it, by C symbol: `indexnow_watch_wrapper`
+/// (before 0.4.0, eight arguments) and `watch_table_wrapper` (0.4.0, ten). Between a server's
+/// restart onto this library and `ALTER EXTENSION indexnow UPDATE`, a watch made would read
+/// arguments the call does not have and generate statements for SQL the database does not have
+/// yet: refused, as the other functions whose SQL changed are, with the hint to update.
+macro_rules! refused_earlier_declaration {
+    ($symbol:ident, $finfo:ident) => {
+        /// # Safety
+        /// Called by PostgreSQL through the version-1 calling convention; reads no argument.
+        #[pg_guard]
+        #[unsafe(no_mangle)]
+        #[doc(hidden)]
+        pub unsafe extern "C-unwind" fn $symbol(
+            _fcinfo: pg_sys::FunctionCallInfo,
+        ) -> pg_sys::Datum {
+            crate::extension::require_current_version();
+            error!(
+                "indexnow_watch: this database's indexnow_watch() is not this library's: run \
+                 ALTER EXTENSION indexnow UPDATE"
+            )
+        }
 
-#[unsafe(no_mangle)]
-#[doc(hidden)]
-pub extern "C" fn pg_finfo_indexnow_watch_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
+        #[unsafe(no_mangle)]
+        #[doc(hidden)]
+        pub extern "C" fn $finfo() -> &'static pg_sys::Pg_finfo_record {
+            const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
 }
+refused_earlier_declaration!(indexnow_watch_wrapper, pg_finfo_indexnow_watch_wrapper);
+refused_earlier_declaration!(watch_table_wrapper, pg_finfo_watch_table_wrapper);
 
 /// How a watch is defined: made by `indexnow_watch()`, or made again after DDL.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -723,7 +773,7 @@ fn define(
     oid: pg_sys::Oid,
     watch_id: i32,
     checked: &Checked,
-    related: Option<Vec<String>>,
+    related: Related,
     making: Making,
 ) -> Result<Defined, String> {
     spi(
@@ -789,6 +839,14 @@ impl Defined {
     }
 }
 
+/// The tables a watch reads besides its own: those whose written rows lead to the watched rows
+/// through foreign keys (`related`), and those whose any write may change any watched row
+/// (`related_whole`).
+struct Related {
+    followed: Vec<String>,
+    whole: Vec<String>,
+}
+
 /// `indexnow_watch()`'s arguments as given.
 struct Given<'a> {
     url: Option<&'a str>,
@@ -796,6 +854,7 @@ struct Given<'a> {
     visible: Option<&'a str>,
     ignore: Option<Vec<String>>,
     publish_at: Option<&'a str>,
+    expire_at: Option<&'a str>,
     hidden_reason: &'a str,
 }
 
@@ -884,7 +943,10 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     .unwrap_or_else(|| "UTC".into());
     // publish_at names a column, or is an expression over the row (a parent's column).
     if let Some(c) = given.publish_at {
-        check_publish_at(ext, &table, &ignore, c);
+        check_point_in_time(ext, &table, Some(&ignore), c, "publish_at");
+    }
+    if let Some(c) = given.expire_at {
+        check_point_in_time(ext, &table, None, c, "expire_at");
     }
     let hidden_reason: Reason = given
         .hidden_reason
@@ -911,13 +973,18 @@ fn check(ext: &str, caller: pg_sys::Oid, oid: pg_sys::Oid, given: &Given) -> Che
     // the derivation compares whatever the fingerprint says: the gate compares it all the same
     // (`derive::watches_of`). Not knowing what they read (no right to make a temporary view),
     // the gate compares every column.
-    let read_by_expressions: Option<Vec<String>> = [given.visible, given.url_sql, given.publish_at]
-        .into_iter()
-        .flatten()
-        .try_fold(vec![], |mut all, expr| {
-            all.extend(expression_columns(oid, &table, expr)?);
-            Some(all)
-        });
+    let read_by_expressions: Option<Vec<String>> = [
+        given.visible,
+        given.url_sql,
+        given.publish_at,
+        given.expire_at,
+    ]
+    .into_iter()
+    .flatten()
+    .try_fold(vec![], |mut all, expr| {
+        all.extend(expression_columns(oid, &table, expr)?);
+        Some(all)
+    });
     // The caller's schemas, as its search_path resolved them, then pg_temp (last: a temporary
     // object never shadows one of the watch's).
     let search_path = spi(
@@ -984,16 +1051,17 @@ fn checked_url(ext: &str, table: &Table, given: &Given) -> (String, UrlSource) {
     }
 }
 
-/// `publish_at`: a column of the table (not ignored: a reschedule must be seen) or an expression
-/// over the row, of a timestamp type (timestamptz, timestamp or date: each has its reading as a
-/// point in time, `_indexnow_publish_time()`).
-fn check_publish_at(ext: &str, table: &Table, ignore: &[String], c: &str) {
+/// `publish_at` or `expire_at` (`what`): a column of the table or an expression over the row, of
+/// a timestamp type (timestamptz, timestamp or date: each has its reading as a point in time,
+/// `_indexnow_publish_time()`). A `publish_at` column may not be in `ignore` (a reschedule must be
+/// seen as one); an `expire_at` column may (it is no content, whatever `ignore` says).
+fn check_point_in_time(ext: &str, table: &Table, ignore: Option<&[String]>, c: &str, what: &str) {
     let label = &table.label;
     let ty = match table.columns.iter().find(|(name, _)| name == c) {
         Some((_, ty)) => {
-            if ignore.iter().any(|i| i == c) {
+            if ignore.is_some_and(|ignore| ignore.iter().any(|i| i == c)) {
                 watch_error(format!(
-                    "publish_at column \"{c}\" is in ignore: rescheduling would go unseen"
+                    "{what} column \"{c}\" is in ignore: rescheduling would go unseen"
                 ));
             }
             if ![
@@ -1004,15 +1072,15 @@ fn check_publish_at(ext: &str, table: &Table, ignore: &[String], c: &str) {
             .contains(ty)
             {
                 watch_error(format!(
-                    "publish_at column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
+                    "{what} column \"{c}\" is not a timestamp (timestamptz, timestamp or date)"
                 ));
             }
             return;
         }
         None if c.chars().all(|ch| ch.is_alphanumeric() || ch == '_') => watch_error(format!(
-            "publish_at names column \"{c}\", which {label} does not have"
+            "{what} names column \"{c}\", which {label} does not have"
         )),
-        None => expression_type(ext, table, c, "publish_at"),
+        None => expression_type(ext, table, c, what),
     };
     if ![
         "timestamp with time zone",
@@ -1022,7 +1090,7 @@ fn check_publish_at(ext: &str, table: &Table, ignore: &[String], c: &str) {
     .contains(&ty.as_str())
     {
         watch_error(format!(
-            "publish_at must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
+            "{what} must be a timestamp (timestamptz, timestamp or date); {c:?} is {ty}"
         ));
     }
 }
@@ -1083,6 +1151,7 @@ fn store(
             checked.maker.as_str().into(),
             checked.read_by_expressions.clone().into(),
             replica_writes.into(),
+            given.expire_at.into(),
         ]
     };
     let watch_id: i32 = match &previous {
@@ -1096,8 +1165,9 @@ fn store(
                         "UPDATE {ext}.indexnow_watches SET tbl = $1::regclass, url = $2, \
                            url_sql = $3, visible = $4, ignore = $5, publish_at = $6, \
                            hidden_reason = $7, search_path = $8, time_zone = $9, owner = $10, \
-                           expression_columns = $11, replica_writes = $12, active = true \
-                         WHERE id = $13"
+                           expression_columns = $11, replica_writes = $12, expire_at = $13, \
+                           active = true \
+                         WHERE id = $14"
                     ),
                     &args,
                 ),
@@ -1110,8 +1180,8 @@ fn store(
                 &format!(
                     "INSERT INTO {ext}.indexnow_watches (tbl, url, url_sql, visible, ignore, \
                        publish_at, hidden_reason, search_path, time_zone, owner, \
-                       expression_columns, replica_writes) \
-                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                       expression_columns, replica_writes, expire_at) \
+                     VALUES ($1::regclass, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                      RETURNING id"
                 ),
                 &args(),
@@ -1131,7 +1201,7 @@ fn check_and_store_related(
     oid: pg_sys::Oid,
     table: &Table,
     watch_id: i32,
-    related: Option<Vec<String>>,
+    related: Related,
     making: Making,
 ) -> Vec<pg_sys::Oid> {
     // (the tables above may have other owners: the caller puts triggers on them too)
@@ -1172,13 +1242,28 @@ fn store_relations(
     oid: pg_sys::Oid,
     table: &Table,
     watch_id: i32,
-    related: Option<Vec<String>>,
+    related: Related,
 ) -> Vec<pg_sys::Oid> {
     let key_names: Vec<String> = table.key.iter().map(|(k, _)| k.clone()).collect();
-    let relations = related::plan(oid, &key_names, &related.unwrap_or_default())
-        .unwrap_or_else(|e| watch_error(e));
-    for r in &relations {
-        check_trigger_privilege(caller, r.table, &r.label, "indexnow_watch: related");
+    let followed =
+        related::plan(oid, &key_names, &related.followed).unwrap_or_else(|e| watch_error(e));
+    let whole: Vec<(pg_sys::Oid, String)> = related
+        .whole
+        .iter()
+        .map(|name| related::table_named(name).unwrap_or_else(|e| watch_error(e)))
+        .collect();
+    let relations: Vec<(pg_sys::Oid, &str, bool)> = followed
+        .iter()
+        .map(|r| (r.table, r.label.as_str(), false))
+        .chain(whole.iter().map(|(t, label)| (*t, label.as_str(), true)))
+        .collect();
+    for (t, label, whole) in &relations {
+        let what = if *whole {
+            "indexnow_watch: related_whole"
+        } else {
+            "indexnow_watch: related"
+        };
+        check_trigger_privilege(caller, *t, label, what);
     }
     let before: Vec<pg_sys::Oid> = spi(
         "storing the watch's related tables",
@@ -1196,25 +1281,25 @@ fn store_relations(
                 .collect::<Result<Vec<_>, pgrx::spi::Error>>()
         }),
     );
-    for r in &relations {
+    for (t, _, whole) in &relations {
         spi(
             "storing the watch's related tables",
             Spi::run_with_args(
                 &format!(
-                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl) \
-                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass)"
+                    "INSERT INTO {ext}.indexnow_relations (watch_id, tbl, whole) \
+                     VALUES ($1, $2::pg_catalog.oid::pg_catalog.regclass, $3)"
                 ),
-                &[watch_id.into(), r.table.into()],
+                &[watch_id.into(), (*t).into(), (*whole).into()],
             ),
         );
     }
     // A table the watch no longer reads loses the triggers, unless another watch needs them.
     let unread: Vec<pg_sys::Oid> = before
         .into_iter()
-        .filter(|t| !relations.iter().any(|r| r.table == *t))
+        .filter(|t| !relations.iter().any(|(r, _, _)| r == t))
         .collect();
     placement::take_off_unneeded(ext, &placement::trees(&unread));
-    relations.iter().map(|r| r.table).collect()
+    relations.iter().map(|(t, _, _)| *t).collect()
 }
 
 /// A new watch's baseline: the rows public now recorded as known to search engines (not
@@ -1560,12 +1645,13 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
         String,
         Option<pg_sys::Oid>,
         Option<Vec<String>>,
+        Option<String>,
     );
     let stored: Stored = Spi::connect(|client| {
         let t = client.select(
             &format!(
                 "SELECT w.url, w.url_sql, w.visible, w.ignore, w.publish_at, w.hidden_reason, \
-                        w.search_path, w.time_zone, r.oid, w.expression_columns \
+                        w.search_path, w.time_zone, r.oid, w.expression_columns, w.expire_at \
                    FROM {ext}.indexnow_watches w \
                    LEFT JOIN pg_catalog.pg_roles r ON r.rolname = w.owner WHERE w.id = $1"
             ),
@@ -1584,6 +1670,7 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
             r.get(8)?.unwrap_or_default(),
             r.get(9)?,
             r.get(10)?,
+            r.get(11)?,
         ))
     })
     .unwrap_or_else(|e| error!("indexnow: reading watch {id}: {e}"));
@@ -1614,6 +1701,7 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
         visible: visible.as_deref(),
         ignore: Some(ignore),
         publish_at: publish_at.as_deref(),
+        expire_at: stored.10.as_deref(),
         hidden_reason: &hidden_reason,
     };
     let settings = [("search_path", search_path), ("TimeZone", time_zone)];
@@ -1626,11 +1714,11 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
         checked.read_by_expressions = stored.9;
     }
     // The related tables' queries name the table and its key: planned again.
-    let related: Vec<String> = Spi::connect(|client| {
+    let related: Vec<(String, bool)> = Spi::connect(|client| {
         client
             .select(
                 &format!(
-                    "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+                    "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname), r.whole \
                        FROM {ext}.indexnow_relations r \
                        JOIN pg_catalog.pg_class c ON c.oid = r.tbl \
                        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -1639,19 +1727,21 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
                 None,
                 &[id.into()],
             )?
-            .map(|r| Ok(r.get::<String>(1)?.unwrap_or_default()))
+            .map(|r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<bool>(2)?.unwrap_or_default(),
+                ))
+            })
             .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow: reading the related tables of watch {id}: {e}"));
+    let (whole, followed): (Vec<_>, Vec<_>) = related.into_iter().partition(|(_, whole)| *whole);
+    let related = Related {
+        followed: followed.into_iter().map(|(t, _)| t).collect(),
+        whole: whole.into_iter().map(|(t, _)| t).collect(),
+    };
     // (The triggers are there since the watch was made: kept as they are.)
-    define(
-        ext,
-        maker,
-        table,
-        id,
-        &checked,
-        Some(related),
-        Making::Again,
-    )
-    .unwrap_or_else(|e| error!("{e}"));
+    define(ext, maker, table, id, &checked, related, Making::Again)
+        .unwrap_or_else(|e| error!("{e}"));
 }

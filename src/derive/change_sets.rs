@@ -28,22 +28,39 @@ pub const KEYS_AT_MOST: usize = 10_000;
 pub const MERGED_AT_MOST: usize = 100;
 
 /// Records one change set of `tbl` for the watches `watches` (NULL: all) whose keys are `keys`, a
-/// JSON array written as text (read from a transition table by capture's `transition`).
+/// JSON array written as text (read from a transition table by capture's `transition`), and, for
+/// a single-row UPDATE tracked (`indexnow.track_columns`), the columns it changed.
 pub fn record(
     client: &mut SpiClient<'_>,
     ext: &str,
     tbl: pg_sys::Oid,
     watches: Option<Vec<i32>>,
     keys: String,
+    columns: &Option<Vec<String>>,
 ) -> Result<(), pgrx::spi::Error> {
-    plan_cache::write(
-        client,
-        &format!(
-            "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-             VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
+    match columns {
+        None => plan_cache::write(
+            client,
+            &format!(
+                "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+                 VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb)"
+            ),
+            &[tbl.into(), watches.into(), keys.into()],
         ),
-        &[tbl.into(), watches.into(), keys.into()],
-    )
+        Some(columns) => plan_cache::write(
+            client,
+            &format!(
+                "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys, columns) \
+                 VALUES ($1, $2, $3::pg_catalog.text::pg_catalog.jsonb, $4)"
+            ),
+            &[
+                tbl.into(),
+                watches.into(),
+                keys.into(),
+                columns.clone().into(),
+            ],
+        ),
+    }
     .map(|_| ())
 }
 
@@ -55,11 +72,57 @@ pub fn record_keys(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, keys:
     Spi::connect_mut(|client| {
         for chunk in keys.chunks(KEYS_AT_MOST) {
             let text = serde_json::to_string(chunk).expect("JSON values are written");
-            record(client, ext, tbl, watches.clone(), text)?;
+            record(client, ext, tbl, watches.clone(), text, &None)?;
         }
         Ok::<_, pgrx::spi::Error>(())
     })
     .unwrap_or_else(|e| error!("indexnow: could not record the rows this statement changed: {e}"));
+}
+
+/// Records the rows whose time has come as changed: a watched row past its `expire_at`, and a
+/// withdrawn page (one whose publication time moved into the future after search engines knew
+/// it) at its new publication time (their sources' `wake_at`, set by the derivation). Nothing
+/// writes these rows; the derivation that follows reads the clock and queues the removal, or the
+/// announcement. A source is woken once (its `wake_at` cleared here, set again by the derivation
+/// when the row still has a time to come); one another transaction holds is left for the next
+/// pass. Run by every deriver before it takes the change sets (the workers each pass,
+/// `indexnow_push_now()`). Returns how many rows.
+pub fn record_woken(ext: &str) -> i64 {
+    // A read first (the partial index of the times to come): an idle pass writes nothing.
+    let due = plan_cache::get_one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM {ext}.indexnow_sources \
+                             WHERE wake_at <= pg_catalog.now())"
+        ),
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading the rows whose time has come: {e}"));
+    if due != Some(true) {
+        return 0;
+    }
+    let sql = format!(
+        "WITH woken AS ( \
+           UPDATE {ext}.indexnow_sources s SET wake_at = NULL \
+            WHERE (s.watch_id, s.row_key) IN ( \
+                    SELECT watch_id, row_key FROM {ext}.indexnow_sources \
+                     WHERE wake_at <= pg_catalog.now() ORDER BY wake_at \
+                     LIMIT {KEYS_AT_MOST} FOR UPDATE SKIP LOCKED) \
+           RETURNING s.watch_id, s.row_key), \
+         recorded AS ( \
+           INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
+           SELECT w.tbl::pg_catalog.oid, ARRAY[w.id], pg_catalog.jsonb_agg(woken.row_key) \
+             FROM woken JOIN {ext}.indexnow_watches w ON w.id = woken.watch_id \
+            GROUP BY w.tbl, w.id \
+           RETURNING 1) \
+         SELECT count(*) FROM woken"
+    );
+    Spi::connect_mut(|client| {
+        plan_cache::write(client, &sql, &[])?
+            .first()
+            .get_one::<i64>()
+            .map(|n| n.unwrap_or(0))
+    })
+    .unwrap_or_else(|e| error!("indexnow: could not record the rows whose time has come: {e}"))
 }
 
 /// Records that the whole of `tbl` changed (its rows are known only by reading it: a TRUNCATE, a
@@ -117,13 +180,18 @@ pub fn drop_owed_twice(ext: &str, tbl: pg_sys::Oid, watch: i32, kept: &[i64]) {
 }
 
 /// The statement that records, by SQL, the keys of one trigger event (key types not read in
-/// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all). `sources` are
-/// the transition tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE
-/// changed a key).
-pub fn recording_sql(ext: &str, key: &[String], sources: &[&str]) -> String {
+/// Rust): `$1` the table's oid, `$2` the watches to derive (int[], NULL for all), and with
+/// `columns`, `$3` the columns a tracked single-row UPDATE changed. `sources` are the transition
+/// tables whose keys count (`indexnow_new`, `indexnow_old`, or both when an UPDATE changed a key).
+pub fn recording_sql(ext: &str, key: &[String], sources: &[&str], columns: bool) -> String {
+    let (column, value) = if columns {
+        (", columns", ", $3")
+    } else {
+        ("", "")
+    };
     format!(
-        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys) \
-         SELECT $1, $2, pg_catalog.jsonb_agg(x.k) \
+        "INSERT INTO {ext}.indexnow_changes (tbl, watches, keys{column}) \
+         SELECT $1, $2, pg_catalog.jsonb_agg(x.k){value} \
            FROM (SELECT k, (pg_catalog.row_number() OVER () - 1) / {KEYS_AT_MOST} AS chunk \
                    FROM ({}) t) x \
           GROUP BY x.chunk",
@@ -197,6 +265,9 @@ pub struct Taken {
     pub watches: Option<Vec<i32>>,
     /// Their keys (None: the whole table).
     pub keys: Option<Value>,
+    /// The columns a single-row UPDATE changed, when tracked (`indexnow.track_columns`): such a
+    /// change set is derived alone, so that what it queued is its own (`super::column_changes`).
+    pub columns: Option<Vec<String>>,
 }
 
 /// Takes the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for it),
@@ -210,7 +281,7 @@ pub fn take(ext: &str, waiting: Waiting, most: usize, passed_over: &[i64]) -> Op
         Waiting::Wait => "FOR UPDATE",
     };
     let take = format!(
-        "SELECT id, tbl, watches, keys FROM {ext}.indexnow_changes \
+        "SELECT id, tbl, watches, keys, columns FROM {ext}.indexnow_changes \
           WHERE id <> ALL ($1) ORDER BY id LIMIT 1 {lock}"
     );
     let oldest = Spi::connect_mut(|client| {
@@ -224,9 +295,13 @@ pub fn take(ext: &str, waiting: Waiting, most: usize, passed_over: &[i64]) -> Op
             table: row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
             watches: row.get::<Vec<i32>>(3)?,
             keys: row.get::<JsonB>(4)?.map(|JsonB(keys)| keys),
+            columns: row.get::<Vec<String>>(5)?,
         }))
     })
     .unwrap_or_else(|e| error!("indexnow: reading a change set: {e}"))?;
+    if oldest.columns.is_some() {
+        return Some(oldest);
+    }
     Some(with_small_ones_after(
         ext,
         oldest,
@@ -264,7 +339,7 @@ fn with_small_ones_after(
     let more = format!(
         "SELECT id, keys FROM {ext}.indexnow_changes \
           WHERE tbl = $1 AND watches IS NOT DISTINCT FROM $2 AND keys IS NOT NULL AND id > $3 \
-            AND id <> ALL ($5) \
+            AND id <> ALL ($5) AND columns IS NULL \
           ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED"
     );
     let limit = i64::try_from(more_at_most.min(MERGED_AT_MOST - 1)).expect("a small number");
@@ -345,7 +420,7 @@ mod tests {
 
     #[test]
     fn change_sets_name_the_key_and_are_chunked() {
-        let sql = recording_sql("\"x\"", &["a".into(), "b".into()], &["indexnow_new"]);
+        let sql = recording_sql("\"x\"", &["a".into(), "b".into()], &["indexnow_new"], false);
         assert!(
             sql.contains("pg_catalog.jsonb_build_array(r.\"a\", r.\"b\") AS k FROM indexnow_new r")
         );

@@ -16,7 +16,7 @@
 //! (REPEATABLE READ, SERIALIZABLE) serves its caller and is not kept.
 
 use super::key;
-use super::statements::{PublishAt, Statements, UrlSource, WatchDefinition};
+use super::statements::{Body, PublishAt, Statements, UrlSource, WatchDefinition};
 use super::template;
 use crate::invalidation;
 use crate::plan_cache;
@@ -49,8 +49,27 @@ pub struct Stored {
     pub visible: Option<String>,
     pub ignore: Vec<String>,
     pub publish_at: Option<String>,
+    pub expire_at: Option<String>,
     pub hidden_reason: String,
     pub time_zone: String,
+    /// The related tables keyed by the watched row (see [`BodyTable`]).
+    pub bodies: Vec<BodyTable>,
+}
+
+/// A related table whose primary key is a foreign key to the watched table: each watched row has
+/// at most one row there, which is part of it (a page's body in a per-model table keyed by the
+/// page, as Django's multi-table inheritance makes it: `blog_blogpage.page_ptr_id`). Its columns
+/// count in the watched row's fingerprint, so that an edit of the body alone is a change.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct BodyTable {
+    pub oid: u32,
+    /// Schema-qualified and quoted.
+    pub table: String,
+    /// The key's columns in the body table, and the watched table's columns they reference.
+    pub child: Vec<String>,
+    pub parent: Vec<String>,
+    /// Its other columns.
+    pub columns: Vec<String>,
 }
 
 /// The statements of watch `watch_id`, or why it has none (its table is gone, it has no primary
@@ -99,7 +118,7 @@ fn stored(ext: &str, watch_id: i32) -> Result<Stored, String> {
                 w.url, w.url_sql, w.visible, w.ignore, w.publish_at, w.hidden_reason, \
                 w.time_zone, \
                 '{ext}.indexnow_watches'::pg_catalog.regclass::pg_catalog.oid, \
-                '{ext}.indexnow_relations'::pg_catalog.regclass::pg_catalog.oid \
+                '{ext}.indexnow_relations'::pg_catalog.regclass::pg_catalog.oid, w.expire_at \
            FROM {ext}.indexnow_watches w \
            LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) w.tbl \
            LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
@@ -125,8 +144,10 @@ fn stored(ext: &str, watch_id: i32) -> Result<Stored, String> {
                 visible: r.get(6)?,
                 ignore: r.get(7)?.unwrap_or_default(),
                 publish_at: r.get(8)?,
+                expire_at: r.get(13)?,
                 hidden_reason: r.get(9)?.unwrap_or_default(),
                 time_zone: r.get(10)?.unwrap_or_default(),
+                bodies: vec![],
             },
             depends_on,
         )))
@@ -145,13 +166,78 @@ fn stored(ext: &str, watch_id: i32) -> Result<Stored, String> {
     });
     if stored.table.is_some() {
         stored.key = key::columns(stored.table_oid);
+        stored.bodies = bodies(ext, watch_id);
+        DEPENDS_ON.with(|d| {
+            let mut d = d.borrow_mut();
+            for body in &stored.bodies {
+                let oid = pg_sys::Oid::from(body.oid);
+                if !d.contains(&oid) {
+                    d.push(oid);
+                }
+            }
+        });
     }
     Ok(stored)
 }
 
+/// The related tables of watch `watch_id` keyed by its rows ([`BodyTable`]), as the catalog has
+/// them now: followed through a foreign key (not read whole), whose columns are exactly the
+/// table's primary key.
+fn bodies(ext: &str, watch_id: i32) -> Vec<BodyTable> {
+    let names = |rel: &str, cols: &str| {
+        format!(
+            "ARRAY(SELECT t.attname::pg_catalog.text \
+                     FROM pg_catalog.unnest(k.{cols}) WITH ORDINALITY u(n, i) \
+                     JOIN pg_catalog.pg_attribute t ON t.attrelid OPERATOR(pg_catalog.=) k.{rel} \
+                      AND t.attnum OPERATOR(pg_catalog.=) u.n ORDER BY u.i)"
+        )
+    };
+    let sql = format!(
+        "SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object( \
+                  'oid', k.conrelid::pg_catalog.int8, \
+                  'table', pg_catalog.format('%I.%I', n.nspname, c.relname), \
+                  'child', {child}, 'parent', {parent}, \
+                  'columns', ARRAY(SELECT t.attname::pg_catalog.text FROM pg_catalog.pg_attribute t \
+                                    WHERE t.attrelid OPERATOR(pg_catalog.=) k.conrelid \
+                                      AND t.attnum OPERATOR(pg_catalog.>) 0 AND NOT t.attisdropped \
+                                      AND t.attnum OPERATOR(pg_catalog.<>) ALL (k.conkey) \
+                                    ORDER BY t.attnum)) ORDER BY k.conrelid) \
+           FROM {ext}.indexnow_relations a \
+           JOIN {ext}.indexnow_watches w ON w.id OPERATOR(pg_catalog.=) a.watch_id \
+           JOIN pg_catalog.pg_constraint k ON k.conrelid OPERATOR(pg_catalog.=) a.tbl \
+            AND k.confrelid OPERATOR(pg_catalog.=) w.tbl AND k.contype OPERATOR(pg_catalog.=) 'f' \
+           JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) k.conrelid \
+            AND i.indisprimary \
+           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) k.conrelid \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+          WHERE a.watch_id OPERATOR(pg_catalog.=) $1 AND NOT a.whole \
+            AND ARRAY(SELECT x FROM pg_catalog.unnest(k.conkey) x ORDER BY x) \
+                OPERATOR(pg_catalog.=) \
+                ARRAY(SELECT x FROM pg_catalog.unnest(i.indkey::pg_catalog.int2[]) x ORDER BY x)",
+        child = names("conrelid", "conkey"),
+        parent = names("confrelid", "confkey"),
+    );
+    let found = Spi::connect(|client| {
+        plan_cache::read(client, &sql, &[watch_id.into()])?
+            .first()
+            .get_one::<pgrx::JsonB>()
+    })
+    .unwrap_or_else(|e| {
+        error!("indexnow: reading the tables keyed by watch {watch_id}'s rows: {e}")
+    });
+    found
+        .map(|j| {
+            serde_json::from_value(j.0).unwrap_or_else(|e| {
+                error!("indexnow: reading the tables keyed by a watch's rows: {e}")
+            })
+        })
+        .unwrap_or_default()
+}
+
 /// The definition a watch's statements are generated from: its stored arguments over its table
-/// as it is now. Every content column is one the watch does not ignore; a `publish_at` that names
-/// a column reads it, any other is an expression over the row.
+/// as it is now. Every content column is one the watch does not ignore, nor its `expire_at` (a
+/// changed expiry re-times the removal, and is no news to search engines); a `publish_at` or
+/// `expire_at` that names a column reads it, any other is an expression over the row.
 pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String> {
     let table = stored
         .table
@@ -167,14 +253,16 @@ pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String>
         (None, Some(sql)) => UrlSource::Sql(sql.clone()),
         (None, None) => return Err("it has no URL".into()),
     };
-    let publish_at = stored.publish_at.as_ref().map(|given| PublishAt {
+    let time = |given: &String| PublishAt {
         sql: if stored.columns.contains(given) {
             format!("r.{}", quote_ident(given))
         } else {
             format!("({given})")
         },
         time_zone: stored.time_zone.clone(),
-    });
+    };
+    let publish_at = stored.publish_at.as_ref().map(time);
+    let expire_at = stored.expire_at.as_ref().map(time);
     let hidden_reason: Reason = stored
         .hidden_reason
         .parse()
@@ -187,13 +275,33 @@ pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String>
         public: stored
             .columns
             .iter()
-            .filter(|c| !stored.ignore.contains(c))
+            .filter(|c| !stored.ignore.contains(c) && stored.expire_at.as_ref() != Some(c))
             .cloned()
             .collect(),
         url,
         visible: stored.visible.clone(),
         publish_at,
+        expire_at,
         hidden_reason,
+        bodies: stored
+            .bodies
+            .iter()
+            .map(|b| Body {
+                table: b.table.clone(),
+                on: b
+                    .child
+                    .iter()
+                    .cloned()
+                    .zip(b.parent.iter().cloned())
+                    .collect(),
+                public: b
+                    .columns
+                    .iter()
+                    .filter(|c| !stored.ignore.contains(c))
+                    .cloned()
+                    .collect(),
+            })
+            .collect(),
     })
 }
 

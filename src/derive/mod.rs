@@ -25,6 +25,7 @@
 //!   because it must see everything.
 
 pub mod change_sets;
+mod column_changes;
 pub mod fingerprint;
 pub mod generated;
 pub mod key;
@@ -623,6 +624,11 @@ fn derive_taken(
         }
         _ => derive_watches(ext, &taken, settings)?,
     };
+    let (wrote, derived) = wrote;
+    if let Some(columns) = &taken.columns {
+        let queued = derived.created + derived.changed + derived.removed;
+        column_changes::count(ext, taken.table, columns, queued > 0);
+    }
     if taken.keys.is_none() {
         vacate_inactive(ext, taken.table, Reason::Deleted);
     }
@@ -633,13 +639,15 @@ fn derive_taken(
     Ok(taken.ids.len())
 }
 
-/// Derives the change sets `taken` for each of their watches; whether it wrote to the queue.
+/// Derives the change sets `taken` for each of their watches; whether it wrote to the queue, and
+/// what it queued.
 fn derive_watches(
     ext: &str,
     taken: &change_sets::Taken,
     settings: &[(&'static str, String)],
-) -> Result<bool, Stuck> {
+) -> Result<(bool, Derived), Stuck> {
     let mut wrote = false;
+    let mut queued = Derived::default();
     for watch in watches_of(ext, taken.table) {
         if taken
             .watches
@@ -667,7 +675,10 @@ fn derive_watches(
             true,
         );
         match derive_with(&watch, rows, Reason::Deleted, Deriver::ChangeSet(settings)) {
-            Ok((_, w)) => wrote |= w,
+            Ok((derived, w)) => {
+                wrote |= w;
+                queued += derived;
+            }
             Err(unfinished) => {
                 // A watch that cannot derive now owes a derivation of the whole table, which
                 // stands for every change recorded for it meanwhile (one, however many writes).
@@ -695,7 +706,7 @@ fn derive_watches(
             }
         }
     }
-    Ok(wrote)
+    Ok((wrote, queued))
 }
 
 /// A worker's derivation of `taken` took longer than `at_most` and was rolled back: the change
@@ -867,6 +878,14 @@ pub fn take_fingerprints_as_known(
 pub fn take_all_recorded(ext: &str) {
     if change_sets::waiting(ext) && may_derive_here() {
         change_sets::lock_all(ext);
+    }
+}
+
+/// Records the rows whose time has come as changed (`change_sets::record_woken`), when this
+/// transaction may derive.
+pub fn record_woken(ext: &str) {
+    if may_derive_here() {
+        change_sets::record_woken(ext);
     }
 }
 

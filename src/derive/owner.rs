@@ -40,14 +40,18 @@ type WatchRow = (
     Option<String>,
     Option<bool>,
     Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
     Option<String>,
 );
 
 /// The rows of watch `watch_id` whose keys are in `keys` (all rows when NULL), with what each
-/// derives to, evaluated with the rights of the role that made the watch.
+/// derives to, evaluated with the rights of the role that made the watch. (Its C symbol changed
+/// with its columns in 0.5.0: a database whose SQL still declares the earlier columns, between a
+/// restart onto this library and the update, finds no function under the old symbol rather than
+/// rows of another shape.)
 #[pg_extern(name = "_indexnow_watch_rows", stable, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
-fn indexnow_watch_rows(
+fn rows_of_watch(
     watch_id: i32,
     keys: Option<JsonB>,
 ) -> TableIterator<
@@ -58,6 +62,7 @@ fn indexnow_watch_rows(
         name!(url, Option<String>),
         name!(vis, Option<bool>),
         name!(pub_at, Option<TimestampWithTimeZone>),
+        name!(exp_at, Option<TimestampWithTimeZone>),
         name!(fp, Option<String>),
     ),
 > {
@@ -161,13 +166,15 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
             let (present, present_null) = column(2);
             let (vis, vis_null) = column(4);
             let (pub_at, pub_at_null) = column(5);
+            let (exp_at, exp_at_null) = column(6);
             rows.push((
                 text(1),
                 bool::from_datum(present, present_null).unwrap_or(false),
                 text(3),
                 bool::from_datum(vis, vis_null),
                 TimestampWithTimeZone::from_datum(pub_at, pub_at_null),
-                text(6),
+                TimestampWithTimeZone::from_datum(exp_at, exp_at_null),
+                text(7),
             ));
         }
         pg_sys::SPI_finish();

@@ -18,6 +18,13 @@
 //!
 //! - A live request is `changed` when search engines were last told the URL is live, else
 //!   `created`; a scheduled one waits for its publication time (`available_at`).
+//! - A row past its `expire_at` is hidden (the clock is read here, never at a write). A public
+//!   row with an expiry to come keeps it in its source's `wake_at`, and the workers derive it
+//!   again at that time (`change_sets::record_woken`): its removal is owed without a write.
+//! - A row public at a URL search engines know as live whose publication time is in the future
+//!   (a live page rescheduled) is *withdrawn*: its URL's removal (the watch's `hidden_reason`)
+//!   is queued now, and its source, marked `withdrawn`, wakes at the publication time, when the
+//!   row is announced again (`created`, or `changed` if the removal never went out).
 //! - A removal is sent only when search engines were told of the URL while this row gave it (its
 //!   last push is later than the source's `since`, a clock time), or may have been: a worker
 //!   claimed it to send since then (`tried_at`; the answer may be lost with a killed worker, or
@@ -61,7 +68,22 @@ pub struct WatchDefinition {
     pub url: UrlSource,
     pub visible: Option<String>,
     pub publish_at: Option<PublishAt>,
+    /// When a public row stops being public, without a write.
+    pub expire_at: Option<PublishAt>,
     pub hidden_reason: Reason,
+    /// Related tables keyed by the watched row, whose row is part of it (`generated::BodyTable`).
+    pub bodies: Vec<Body>,
+}
+
+/// A table keyed by the watched row: its row's public columns count in the row's fingerprint.
+#[derive(Clone)]
+pub struct Body {
+    /// Schema-qualified and quoted.
+    pub table: String,
+    /// (its column, the watched table's column it references)
+    pub on: Vec<(String, String)>,
+    /// Its columns that are content: not the key, not ignored.
+    pub public: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -70,7 +92,8 @@ pub enum UrlSource {
     Sql(String),
 }
 
-/// The publication time: a column, or an expression over the row such as a parent's column.
+/// A point in time of the row (its publication, its expiry): a column, or an expression over the
+/// row such as a parent's column.
 #[derive(Clone)]
 pub struct PublishAt {
     /// SQL over the row `r`: `r."published_at"`, or `(expression)`.
@@ -114,8 +137,9 @@ fn live_request() -> String {
     )
 }
 
-/// Derives one row edited in place, the commonest save: a row there and public at a valid URL,
-/// with a source of that URL whose fingerprint or publication time differ. For that row it does
+/// Derives one row edited in place, the commonest save: a row there, public now at a valid URL,
+/// with a source of that URL whose fingerprint or publication time differ (not its expiry, not
+/// withdrawn: see `WatchDefinition::derive`). For that row it does
 /// what a watch's `derive_keys` does (the URL queued live, the source given the new fingerprint
 /// and publication time, its `since` kept), in a statement a fraction of the size: a save that
 /// derives in its statement pays for starting the statement up as much as for running it. Any
@@ -126,15 +150,17 @@ fn live_request() -> String {
 /// changed (counts), and whether the row was derived.
 pub fn edited_in_place(ext: &str) -> String {
     format!(
-        "WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp \
+        "WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, exp_at, fp \
                       FROM {ext}._indexnow_watch_rows($2, $1) WHERE present), \
-         c AS (SELECT w.row_key, x.url, x.url_hash, x.host, w.pub_at, w.fp \
+         c AS (SELECT w.row_key, x.url, x.url_hash, x.host, w.pub_at, w.exp_at, w.fp \
                  FROM w CROSS JOIN LATERAL {ext}._indexnow_capture_target(w.url, w.vis) x), \
          ch AS ( \
            UPDATE {ext}.indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at \
              FROM c \
             WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash \
               AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) \
+              AND NOT s.withdrawn AND s.wake_at IS NOT DISTINCT FROM c.exp_at \
+              AND NOT coalesce(c.pub_at > now(), false) \
            RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
                      c.pub_at AS new_pub_at), \
          q AS ( \
@@ -163,24 +189,36 @@ pub fn row_key(key: &[String], alias: &str) -> String {
     format!("pg_catalog.jsonb_build_array({cols})")
 }
 
-/// The fingerprint of row `r` over `columns`: the md5 of a jsonb object of their values, NULLs
-/// left out (a column added without a default changes no fingerprint), keys in jsonb's order
-/// (the columns' order counts for nothing).
-fn fingerprint_over(columns: &[String]) -> String {
+/// A jsonb object of the values of `columns` of row `alias`, keys in jsonb's order (the
+/// columns' order counts for nothing).
+fn columns_object(columns: &[String], alias: &str) -> String {
     if columns.is_empty() {
-        return "''".into();
+        return "'{}'::pg_catalog.jsonb".into();
     }
     // jsonb_build_object takes at most 100 arguments: 50 columns a call.
-    let objects = columns
+    columns
         .chunks(50)
         .map(|cols| {
             let pairs = cols
                 .iter()
-                .map(|c| format!("{}, r.{}", quote_literal(c), quote_ident(c)))
+                .map(|c| format!("{}, {alias}.{}", quote_literal(c), quote_ident(c)))
                 .collect::<Vec<_>>()
                 .join(", ");
             format!("pg_catalog.jsonb_build_object({pairs})")
         })
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// The fingerprint of row `r` over `columns` and `more` (jsonb objects): the md5 of one jsonb
+/// object, NULLs left out (a column added without a default changes no fingerprint).
+fn fingerprint_of(columns: &[String], more: &[String]) -> String {
+    if columns.is_empty() && more.is_empty() {
+        return "''".into();
+    }
+    let objects = std::iter::once(columns_object(columns, "r"))
+        .filter(|_| !columns.is_empty())
+        .chain(more.iter().cloned())
         .collect::<Vec<_>>()
         .join(" || ");
     format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
@@ -239,8 +277,9 @@ impl WatchDefinition {
         }
     }
 
-    fn publish_at_expr(&self) -> String {
-        match &self.publish_at {
+    /// A point in time of the row (`publish_at`, `expire_at`), as a timestamptz.
+    fn time_expr(&self, time: &Option<PublishAt>) -> String {
+        match time {
             None => "NULL::timestamptz".into(),
             // (its type picks the overload of `_indexnow_publish_time()`, sql/capture.sql: the
             // statement needs no knowledge of it, and follows a column retyped)
@@ -258,7 +297,34 @@ impl WatchDefinition {
     /// and keys sorted by jsonb itself. Values keep their stored text (numeric scale, case), so a
     /// change of value is a change even where the type's equality would call the two equal.
     fn fingerprint_expr(&self) -> String {
-        fingerprint_over(&self.public)
+        self.fingerprint_over(&self.public)
+    }
+
+    /// The fingerprint over the watched row's `columns` and the public columns of its body rows:
+    /// each body's under its table's name (`public.blog_blogpage`: no column has that name), so a
+    /// row without a body row has the fingerprint it had before the body table was related.
+    fn fingerprint_over(&self, columns: &[String]) -> String {
+        let bodies = self
+            .bodies
+            .iter()
+            .map(|b| {
+                let on =
+                    b.on.iter()
+                        .map(|(child, parent)| {
+                            format!("b.{} = r.{}", quote_ident(child), quote_ident(parent))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" AND ");
+                let name = b.table.replace('"', "");
+                format!(
+                    "pg_catalog.jsonb_build_object({}, (SELECT {} FROM {} b WHERE {on}))",
+                    quote_literal(&name),
+                    columns_object(&b.public, "b"),
+                    b.table
+                )
+            })
+            .collect::<Vec<_>>();
+        fingerprint_of(columns, &bodies)
     }
 
     /// Takes what the watch's fingerprint covers now as known: each source whose fingerprint is
@@ -281,7 +347,7 @@ impl WatchDefinition {
             table = self.table,
             id = self.watch_id,
             row_key = row_key(&self.key_names(), "r"),
-            before = fingerprint_over(before),
+            before = self.fingerprint_over(before),
         )
     }
 
@@ -291,14 +357,21 @@ impl WatchDefinition {
     /// and its source are written in one transaction, so a snapshot sees both or neither; see
     /// docs/design.md for the one interleaving that leaves a stale source).
     fn rows(&self, keyed: bool) -> String {
-        let visible = match &self.visible {
-            Some(v) => format!("coalesce(({v}), false)"),
-            None => "true".to_string(),
+        let expire_at = self.time_expr(&self.expire_at);
+        // An expired row is hidden: the clock is read here, at derivation, never at a write.
+        let visible = match (&self.visible, &self.expire_at) {
+            (Some(v), None) => format!("coalesce(({v}), false)"),
+            (None, None) => "true".to_string(),
+            (Some(v), Some(_)) => {
+                format!("coalesce(({v}), false) AND NOT coalesce({expire_at} <= now(), false)")
+            }
+            (None, Some(_)) => format!("NOT coalesce({expire_at} <= now(), false)"),
         };
         let columns = format!(
-            "{url} AS url, {visible} AS vis, {pub_at} AS pub_at, {fp} AS fp",
+            "{url} AS url, {visible} AS vis, {pub_at} AS pub_at, {expire_at} AS exp_at, \
+             {fp} AS fp",
             url = self.url_expr(),
-            pub_at = self.publish_at_expr(),
+            pub_at = self.time_expr(&self.publish_at),
             fp = self.fingerprint_expr(),
         );
         if keyed {
@@ -318,7 +391,7 @@ impl WatchDefinition {
             // same name from the watch's expressions (a related table called `k`).
             format!(
                 "SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, \
-                        x.pub_at, x.fp \
+                        x.pub_at, x.exp_at, x.fp \
                    FROM ({keys}) indexnow_asked LEFT JOIN LATERAL ( \
                         SELECT indexnow_asked.row_key, {columns} FROM {table} r WHERE {on}) x \
                      ON true",
@@ -340,14 +413,15 @@ impl WatchDefinition {
         let (ext, id) = (&self.ext, self.watch_id);
         if keyed {
             format!(
-                "w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp \
+                "w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, \
+                              exp_at, fp \
                          FROM {ext}._indexnow_watch_rows({id}, $1)), \
                  k AS (SELECT row_key FROM w), \
-                 d AS (SELECT row_key, url, vis, pub_at, fp FROM w WHERE present)"
+                 d AS (SELECT row_key, url, vis, pub_at, exp_at, fp FROM w WHERE present)"
             )
         } else {
             format!(
-                "d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp \
+                "d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, exp_at, fp \
                          FROM {ext}._indexnow_watch_rows({id}, NULL))"
             )
         }
@@ -357,7 +431,8 @@ impl WatchDefinition {
     /// URL cannot be built or submitted.
     fn current(&self) -> String {
         format!(
-            "c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp \
+            "c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, \
+                          d.exp_at, d.fp \
                      FROM d CROSS JOIN LATERAL {ext}._indexnow_capture_target(d.url, d.vis) x)",
             ext = self.ext
         )
@@ -400,17 +475,37 @@ impl WatchDefinition {
                       c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
                       c.fp AS new_fp, c.pub_at AS new_pub_at, \
                       p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, \
-                      p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since \
+                      p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, \
+                      p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, \
+                      CASE WHEN c.pub_at > now() THEN EXISTS ( \
+                             SELECT FROM {ext}.indexnow_urls u \
+                              WHERE u.url_hash = c.url_hash AND {known_live}) \
+                           ELSE false END AS withdraw, \
+                      c.exp_at AS new_exp \
                  FROM c FULL JOIN p ON p.row_key = c.row_key), \
              ch AS ( \
-               SELECT * FROM pr WHERE new_hash IS NOT NULL \
+               SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END \
+                           AS new_wake, \
+                      CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) \
+                           ELSE old_hash IS DISTINCT FROM new_hash \
+                                OR old_fp IS DISTINCT FROM new_fp \
+                                OR old_pub_at IS DISTINCT FROM new_pub_at \
+                                OR coalesce(old_withdrawn, false) END AS requested \
+                 FROM pr WHERE new_hash IS NOT NULL \
                   AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp \
-                       OR old_pub_at IS DISTINCT FROM new_pub_at)), \
+                       OR old_pub_at IS DISTINCT FROM new_pub_at \
+                       OR old_withdrawn IS DISTINCT FROM withdraw \
+                       OR old_wake IS DISTINCT FROM \
+                          CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END)), \
              live AS ( \
                SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, \
                       ch.new_host AS host, \
-                      {live_request} \
+                      CASE WHEN ch.withdraw THEN {hidden} \
+                           WHEN {known_live} THEN 'changed' ELSE 'created' END AS reason, \
+                      CASE WHEN ch.withdraw THEN now() \
+                           ELSE greatest(ch.new_pub_at, now()) END AS available_at \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
+                WHERE ch.requested \
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
              gu AS ( \
@@ -451,18 +546,21 @@ impl WatchDefinition {
                RETURNING 1), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources AS s \
-                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
+                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, \
+                  withdrawn, wake_at) \
                SELECT {id}, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, \
                       ch.new_pub_at, \
                       CASE WHEN ch.old_hash = ch.new_hash THEN ch.since \
                            WHEN {known_live} THEN coalesce(u.last_pushed_at, '-infinity') \
                            WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') \
                              THEN u.tried_at \
-                           ELSE clock_timestamp() END \
+                           ELSE clock_timestamp() END, \
+                      ch.withdraw, ch.new_wake \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
                   url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
-                  publish_at = excluded.publish_at, since = excluded.since \
+                  publish_at = excluded.publish_at, since = excluded.since, \
+                  withdrawn = excluded.withdrawn, wake_at = excluded.wake_at \
                RETURNING 1), \
              dropped AS ( \
                DELETE FROM {ext}.indexnow_sources s USING pr \
@@ -482,7 +580,6 @@ impl WatchDefinition {
             current = self.current(),
             told_of = told_of_since("u", "pr.since"),
             known_live = known_live("u"),
-            live_request = live_request(),
         )
     }
 
@@ -516,9 +613,11 @@ impl WatchDefinition {
                       AND url_hash NOT IN (SELECT url_hash FROM told)), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources \
-                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since) \
+                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, \
+                  wake_at) \
                SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
-                      CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END FROM pub \
+                      CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, \
+                      exp_at FROM pub \
                ON CONFLICT (watch_id, row_key) DO NOTHING RETURNING 1), \
              urls AS ( \
                SELECT DISTINCT ON (url_hash) url, url_hash, host, \
@@ -624,7 +723,9 @@ pub mod demo_site {
                 sql: "r.\"published_at\"".into(),
                 time_zone: "UTC".into(),
             }),
+            expire_at: None,
             hidden_reason: hidden,
+            bodies: vec![],
         }
     }
 }
@@ -647,7 +748,9 @@ mod tests {
                 sql: "r.\"published_at\"".into(),
                 time_zone: "Asia/Bangkok".into(),
             }),
+            expire_at: None,
             hidden_reason: Reason::Unpublished,
+            bodies: vec![],
         }
     }
 

@@ -232,6 +232,8 @@ pub struct HostResult {
 /// Returns whether a worker stopped with change sets left (the next pass then starts at once).
 pub fn derive_change_sets(session: Session) -> bool {
     let ext = || crate::extension::schema();
+    // (rows whose time has come, expired or due to be announced again, are derived as changed)
+    session.step(|| derive::record_woken(&ext()));
     match session {
         Session::PushNow => {
             derive::derive_change_sets_for_reader(&ext());

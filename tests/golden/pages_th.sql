@@ -2,37 +2,41 @@
 -- the golden test there. INDEXNOW_BLESS=1 cargo test --lib golden writes it anew.
 
 -- rows_keys
-SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, x.fp
+SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_at, x.exp_at, x.fp
 FROM (SELECT DISTINCT pg_catalog.jsonb_build_array((e ->> 0)::integer) AS row_key
 FROM pg_catalog.jsonb_array_elements($1) e) indexnow_asked
 LEFT JOIN LATERAL (
-SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
 FROM public.pages r
 WHERE r."id" = (indexnow_asked.row_key ->> 0)::integer) x ON true;
 
 -- rows_all
-SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
 FROM public.pages r;
 
 -- derive_keys
-WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp
+WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, exp_at, fp
 FROM "public"._indexnow_watch_rows(1, $1)), k AS (SELECT row_key
-FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
+FROM w), d AS (SELECT row_key, url, vis, pub_at, exp_at, fp
 FROM w
-WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.exp_at, d.fp
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM k
 JOIN "public".indexnow_sources s ON s.watch_id = 1 AND s.row_key = k.row_key), pr AS (
-SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since
+SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
+SELECT
+FROM "public".indexnow_urls u
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
-SELECT *
+SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
 FROM pr
-WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at)), live AS (
-SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, greatest(ch.new_pub_at, now()) AS available_at
+WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR old_withdrawn IS DISTINCT FROM withdraw OR old_wake IS DISTINCT FROM CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END)), live AS (
+SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN ch.withdraw THEN 'unpublished' WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, CASE WHEN ch.withdraw THEN now() ELSE greatest(ch.new_pub_at, now()) END AS available_at
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
+WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
@@ -69,12 +73,12 @@ UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reas
 FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
-INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
+INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, withdrawn, wake_at)
+SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
-DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since
+DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
 WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
@@ -97,21 +101,25 @@ FROM kept) + (SELECT count(*)
 FROM dropped);
 
 -- derive_all
-WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
-FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, exp_at, fp
+FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.exp_at, d.fp
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM "public".indexnow_sources s
 WHERE s.watch_id = 1), pr AS (
-SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since
+SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
+SELECT
+FROM "public".indexnow_urls u
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
-SELECT *
+SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
 FROM pr
-WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at)), live AS (
-SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, greatest(ch.new_pub_at, now()) AS available_at
+WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR old_withdrawn IS DISTINCT FROM withdraw OR old_wake IS DISTINCT FROM CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END)), live AS (
+SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN ch.withdraw THEN 'unpublished' WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, CASE WHEN ch.withdraw THEN now() ELSE greatest(ch.new_pub_at, now()) END AS available_at
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
+WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
@@ -148,12 +156,12 @@ UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reas
 FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
-INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END
+INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, withdrawn, wake_at)
+SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
-DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since
+DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
 WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
@@ -176,8 +184,8 @@ FROM kept) + (SELECT count(*)
 FROM dropped);
 
 -- baseline
-WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, fp
-FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+WITH d AS (SELECT row_key::pg_catalog.jsonb AS row_key, url, vis, pub_at, exp_at, fp
+FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.exp_at, d.fp
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
@@ -194,8 +202,8 @@ WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (
-INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
+INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, wake_at)
+SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
 FROM pub
 ON CONFLICT (watch_id, row_key)
 DO NOTHING
@@ -224,11 +232,11 @@ FROM q) + (SELECT count(*)
 FROM withdrawn);
 
 -- baseline_keys
-WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, fp
+WITH w AS (SELECT row_key::pg_catalog.jsonb AS row_key, present, url, vis, pub_at, exp_at, fp
 FROM "public"._indexnow_watch_rows(1, $1)), k AS (SELECT row_key
-FROM w), d AS (SELECT row_key, url, vis, pub_at, fp
+FROM w), d AS (SELECT row_key, url, vis, pub_at, exp_at, fp
 FROM w
-WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.fp
+WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.exp_at, d.fp
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
@@ -245,8 +253,8 @@ WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (
-INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since)
-SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END
+INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, wake_at)
+SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
 FROM pub
 ON CONFLICT (watch_id, row_key)
 DO NOTHING

@@ -70,3 +70,49 @@ FROM public.pages c
 JOIN d ON (c."parent_id" = d."id"))
 SELECT *
 FROM d) d;
+
+-- pages from public.blog_pages
+SELECT a.k
+FROM (SELECT pg_catalog.jsonb_build_array(t0."id") AS k
+FROM public.pages t0
+WHERE (t0."id") IN (SELECT r."page_ptr_id"
+FROM indexnow_changed_rows r)) a
+UNION ALL
+SELECT pg_catalog.jsonb_build_array(d."id") AS k
+FROM (WITH RECURSIVE d AS (
+SELECT t0."id"
+FROM public.pages t0
+WHERE (t0."parent_id") IN (SELECT r."id"
+FROM (SELECT t0.*
+FROM public.pages t0
+WHERE (t0."id") IN (SELECT r."page_ptr_id"
+FROM indexnow_changed_rows r)) r)
+UNION
+SELECT c."id"
+FROM public.pages c
+JOIN d ON (c."parent_id" = d."id"))
+SELECT *
+FROM d) d;
+
+-- pages from public.restrictions
+SELECT a.k
+FROM (SELECT pg_catalog.jsonb_build_array(t0."id") AS k
+FROM public.pages t0
+WHERE (t0."id") IN (SELECT r."page_id"
+FROM indexnow_changed_rows r)) a
+UNION ALL
+SELECT pg_catalog.jsonb_build_array(d."id") AS k
+FROM (WITH RECURSIVE d AS (
+SELECT t0."id"
+FROM public.pages t0
+WHERE (t0."parent_id") IN (SELECT r."id"
+FROM (SELECT t0.*
+FROM public.pages t0
+WHERE (t0."id") IN (SELECT r."page_id"
+FROM indexnow_changed_rows r)) r)
+UNION
+SELECT c."id"
+FROM public.pages c
+JOIN d ON (c."parent_id" = d."id"))
+SELECT *
+FROM d) d;

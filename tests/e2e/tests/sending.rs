@@ -2307,3 +2307,99 @@ fn push_now_says_which_pause_or_hold_keeps_due_urls_waiting() {
     assert!(!printed.contains("all hosts"), "{printed}");
     assert!(sent_urls(&receiver).is_empty());
 }
+
+/// Time alone, without a write (spec behaviour 23): a page past its `expire_at` gets its removal,
+/// and a live page whose `publish_at` moved into the future gets its removal at once and its
+/// announcement again at the new time. Each arrives at the endpoint at its time, not before.
+#[test]
+fn an_expiry_and_a_publication_moved_later_are_sent_at_their_times_without_a_write() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, publish_at timestamptz, \
+                             expire_at timestamptz); \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/t/{{slug}}', \
+                               publish_at => 'publish_at', expire_at => 'expire_at'); \
+         INSERT INTO posts VALUES (1, 'expiring', NULL, now() + interval '5 s'), \
+                                  (2, 'moving', NULL, NULL), (3, 'forever', NULL, NULL);"
+    ))
+    .unwrap();
+    let url = |slug: &str| format!("https://{HOST}/t/{slug}");
+    let arrivals = |slug: &str| -> Vec<f64> {
+        receiver
+            .received()
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .filter(|r| r.request.as_ref().unwrap().url_list.contains(&url(slug)))
+            .map(|r| r.arrived_at)
+            .collect()
+    };
+    wait_until("the three pages are announced", SECONDS(30), || {
+        ["expiring", "moving", "forever"]
+            .iter()
+            .all(|s| arrivals(s).len() == 1)
+    });
+    let expires_at = epoch(&mut db, "SELECT expire_at FROM posts WHERE id = 1");
+    db.batch_execute("UPDATE posts SET publish_at = now() + interval '6 s' WHERE id = 2")
+        .unwrap();
+    let republished_at = epoch(&mut db, "SELECT publish_at FROM posts WHERE id = 2");
+    // From here on nothing writes the table.
+    wait_until("the moved page's removal", SECONDS(30), || {
+        arrivals("moving").len() == 2
+    });
+    assert!(
+        arrivals("moving")[1] < republished_at,
+        "the removal went out at once, before the new publication time"
+    );
+    wait_until("the expiry and the new publication", SECONDS(60), || {
+        arrivals("expiring").len() == 2 && arrivals("moving").len() == 3
+    });
+    assert!(
+        arrivals("expiring")[1] >= expires_at,
+        "not before its expiry"
+    );
+    assert!(
+        arrivals("moving")[2] >= republished_at,
+        "not before its time"
+    );
+    wait_until_settled(&mut db, "the queue", SECONDS(30));
+    std::thread::sleep(Duration::from_millis(600)); // a few passes more: nothing else is sent
+    let sent = accepted_urls(&receiver.received());
+    assert_eq!(sent.get(&url("forever")), Some(&1));
+    assert_eq!(sent.get(&url("expiring")), Some(&2));
+    assert_eq!(sent.get(&url("moving")), Some(&3));
+    let told: Vec<(String, String)> = db
+        .query(
+            "SELECT url, settled_reason FROM indexnow_urls ORDER BY url",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        told,
+        vec![
+            (url("expiring"), "unpublished".to_string()),
+            (url("forever"), "created".to_string()),
+            (url("moving"), "created".to_string()),
+        ]
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_sources WHERE wake_at IS NOT NULL OR withdrawn"
+        ),
+        0,
+        "nothing left to wake"
+    );
+}
+
+/// The Unix time of the timestamptz `sql` returns.
+fn epoch(db: &mut postgres::Client, sql: &str) -> f64 {
+    db.query_one(&format!("SELECT extract(epoch FROM ({sql}))::float8"), &[])
+        .unwrap()
+        .get(0)
+}
