@@ -271,10 +271,11 @@ if [[ " $PARTS " == *" saves "* ]]; then
 # plain (no trigger), floor (the do-nothing statement trigger with transition tables), recorded
 # (watched, a public column: the default, recorded and derived by a worker), derived (the same
 # derived in the statement: indexnow.derive_at_write = 100), ignored (an ignored column only),
-# least (the least a save that derives in its statement must do, by hand).
-kinds=(plain floor recorded derived ignored least)
+# least (the least a save that derives in its statement must do, by hand), tracked (recorded with
+# indexnow.track_columns on: every column of the saved row compared, the change set names them).
+kinds=(plain floor recorded derived ignored least tracked)
 printf '\n%-6s' round; for k in "${kinds[@]}"; do printf ' %10s' "${k}_tps"; done
-printf ' %10s %11s %9s %9s\n' rec/plain rec/floor der/plain ign/plain
+printf ' %10s %11s %9s %9s %9s\n' rec/plain rec/floor der/plain ign/plain trk/rec
 declare -A all=()
 for round in $(seq 1 "$SAVE_ROUNDS"); do
   declare -A tps=()
@@ -287,6 +288,8 @@ for round in $(seq 1 "$SAVE_ROUNDS"); do
       derived) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id"
                options="-c indexnow.derive_at_write=100" ;;
       ignored) sql="UPDATE watched SET sort_order = sort_order + 1 WHERE id = :id" ;;
+      tracked) sql="UPDATE watched SET body = md5(random()::text) WHERE id = :id"
+               options="-c indexnow.track_columns=on" ;;
       least) sql="UPDATE plain SET body = md5(random()::text) WHERE id = :id \\; SELECT least_derivation(:id)" ;;
     esac
     printf '\\set id random(1, %d)\n%s;\n' "$ROWS" "$sql" > "$dir/save-$kind.sql"
@@ -295,13 +298,14 @@ for round in $(seq 1 "$SAVE_ROUNDS"); do
   done
   printf '%-6s' "$round"; for k in "${kinds[@]}"; do printf ' %10d' "${tps[$k]}"; done
   awk -v p="${tps[plain]}" -v f="${tps[floor]}" -v c="${tps[recorded]}" -v d="${tps[derived]}" -v i="${tps[ignored]}" \
-    'BEGIN { printf " %10.2f %11.2f %9.2f %9.2f\n", p / c, f / c, p / d, p / i }'
+      -v t="${tps[tracked]}" \
+    'BEGIN { printf " %10.2f %11.2f %9.2f %9.2f %9.2f\n", p / c, f / c, p / d, p / i, c / t }'
 done
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '%-6s' median; for k in "${kinds[@]}"; do printf ' %10d' "$(median "${all[$k]}")"; done
 awk -v p="$(median "${all[plain]}")" -v f="$(median "${all[floor]}")" -v c="$(median "${all[recorded]}")" \
-    -v d="$(median "${all[derived]}")" -v i="$(median "${all[ignored]}")" \
-  'BEGIN { printf " %10.2f %11.2f %9.2f %9.2f\n", p / c, f / c, p / d, p / i;
+    -v d="$(median "${all[derived]}")" -v i="$(median "${all[ignored]}")" -v t="$(median "${all[tracked]}")" \
+  'BEGIN { printf " %10.2f %11.2f %9.2f %9.2f %9.2f\n", p / c, f / c, p / d, p / i, c / t;
            printf "(x/y = how many times longer a save takes: the recorded save, the default, is %.2f x plain (target 1.25) and %.2f x the floor (target 1.15))\n", p / c, f / c }'
 
 # The first save of a new session: a connection a transaction (pgbench -C, as an application that

@@ -76,10 +76,12 @@ DECLARE
     granted record;
 BEGIN
     FOR granted IN
-        SELECT a.grantee::pg_catalog.regrole AS role, a.is_grantable
+        SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS role,
+               a.is_grantable
           FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
          WHERE p.oid = '@extschema@.indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean, boolean)'::pg_catalog.regprocedure
-           AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+           AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
     LOOP
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION @extschema@.indexnow_watch(regclass, text, text, text[], '

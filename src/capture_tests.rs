@@ -3922,3 +3922,63 @@ fn the_columns_saves_change_are_counted_with_their_announcements() {
     run("UPDATE posts SET views = 9 WHERE id = 2");
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
+
+/// A page's expiry and its body table stay out of what a tuning announces: a column added with a
+/// default to a body table, and an `ignore` changed with `current_is_known`, announce no page
+/// (with an expiry to come or a body row); the body edited alone still does.
+#[pg_test]
+fn a_body_table_and_an_expiry_are_taken_as_known_when_the_watch_is_tuned() {
+    run(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, title text, views int, \
+           expires timestamptz)",
+    );
+    run("CREATE TABLE bodies (page_id int PRIMARY KEY REFERENCES pages, body text)");
+    run(
+        "INSERT INTO pages VALUES (1, 'a', 'A', 0, now() + interval '1 day'), \
+           (2, 'b', 'B', 0, NULL)",
+    );
+    run("INSERT INTO bodies VALUES (1, 'x'), (2, 'y')");
+    let watch = |ignore: &str, known: bool| {
+        run(&format!(
+            "SELECT indexnow_watch('pages', url => 'https://www.example.com/{{slug}}', \
+               ignore => '{ignore}', expire_at => 'expires', related => '{{bodies}}', \
+               current_is_known => {known})"
+        ))
+    };
+    watch("{views}", false);
+    pushed();
+    run("ALTER TABLE bodies ADD COLUMN summary text NOT NULL DEFAULT 'none'");
+    assert_eq!(pending(), "", "a column added to the body table");
+    watch("{views,title}", true);
+    assert_eq!(pending(), "", "a changed ignore taken as known");
+    run("UPDATE pages SET expires = now() + interval '2 days' WHERE id = 1");
+    assert_eq!(pending(), "", "the expiry moved: no content");
+    run("UPDATE bodies SET body = 'z' WHERE page_id = 2");
+    assert_eq!(pending(), "https://www.example.com/b changed");
+}
+
+/// A page rescheduled into the future is withdrawn only when no other row gives its URL live:
+/// a second row (here of another watched table) scheduled for later under a live page's URL
+/// leaves the page announced, and waits for its time.
+#[pg_test]
+fn a_url_another_row_gives_live_is_not_withdrawn() {
+    run("CREATE TABLE news (id int PRIMARY KEY, slug text NOT NULL, pub timestamptz)");
+    run("CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, pub timestamptz)");
+    for t in ["news", "posts"] {
+        run(&format!(
+            "SELECT indexnow_watch('{t}', url => 'https://www.example.com/{{slug}}', \
+               publish_at => 'pub')"
+        ));
+    }
+    run("INSERT INTO news VALUES (1, 'p', NULL)");
+    pushed();
+    run("INSERT INTO posts VALUES (1, 'p', now() + interval '1 day')");
+    assert_eq!(pending(), "https://www.example.com/p changed");
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_urls WHERE available_at > now() + interval '23 hours'"
+        ),
+        1
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources WHERE withdrawn"), 0);
+}

@@ -86,8 +86,10 @@ fn fingerprints_follow_columns_added(ext: &str, watched: pg_sys::Oid) {
         return;
     }
     for w in crate::derive::watches_of(ext, watched) {
-        let followed = crate::derive::take_fingerprints_as_known(ext, w.id, |now| {
-            now.iter().filter(|c| !added.contains(c)).cloned().collect()
+        let followed = crate::derive::take_fingerprints_as_known(ext, w.id, |definition| {
+            let mut before = definition.counted();
+            before.columns.retain(|c| !added.contains(c));
+            before
         });
         if let Err(e) = followed {
             warning!(
@@ -95,6 +97,34 @@ fn fingerprints_follow_columns_added(ext: &str, watched: pg_sys::Oid) {
                  ({e}): its pages are announced as changed",
                 w.table,
                 w.pattern
+            );
+        }
+    }
+}
+
+/// After an `ALTER TABLE` that only adds columns to `table`, a body table of the watches `ids`
+/// (`crate::derive::generated::BodyTable`: its columns count in their fingerprints): as
+/// [`fingerprints_follow_columns_added`] does for the watched table, the pages unchanged since
+/// they were derived take the columns added as counted, so that a field Django adds to a page
+/// model announces no page.
+fn body_fingerprints_follow_columns_added(ext: &str, table: pg_sys::Oid, ids: &[i32]) {
+    let added = before_ddl::columns_added();
+    let body = triggers::table_qualified(table);
+    if added.is_empty() {
+        return;
+    }
+    for id in ids {
+        let followed = crate::derive::take_fingerprints_as_known(ext, *id, |definition| {
+            let mut before = definition.counted();
+            for b in before.bodies.iter_mut().filter(|b| b.table == body) {
+                b.public.retain(|c| !added.contains(c));
+            }
+            before
+        });
+        if let Err(e) = followed {
+            warning!(
+                "indexnow: watch {id} could not take the columns added to {body} as known ({e}): \
+                 its pages are announced as changed"
             );
         }
     }
@@ -137,6 +167,9 @@ fn follow_related_table_altered(ext: &str, table: pg_sys::Oid) {
     for (watched, ids) in readers {
         let same = watch::follow_alter_table(ext, watched, before_ddl::only_adds())
             && key_as_before(watched);
+        if same {
+            body_fingerprints_follow_columns_added(ext, table, &ids);
+        }
         if needs_deriving_after_alter(watched, same) {
             crate::derive::change_sets::record_whole_table(ext, watched, Some(ids));
             crate::wake::worker_at_commit();

@@ -1317,13 +1317,26 @@ fn take_current_as_known(
     ignore_before: &[String],
     label: &str,
 ) {
-    let counted_before: Vec<String> = table
-        .columns
-        .iter()
-        .map(|(c, _)| c.clone())
-        .filter(|c| !ignore_before.contains(c))
-        .collect();
-    derive::take_fingerprints_as_known(ext, watch.id, |_| counted_before)
+    let counted_before = |definition: &crate::derive::statements::WatchDefinition| {
+        let mut before = definition.counted();
+        let expire = definition.expire_column();
+        before.columns = table
+            .columns
+            .iter()
+            .map(|(c, _)| c.clone())
+            .filter(|c| !ignore_before.contains(c) && Some(c) != expire.as_ref())
+            .collect();
+        for body in &mut before.bodies {
+            body.public = body
+                .all
+                .iter()
+                .filter(|c| !ignore_before.contains(c))
+                .cloned()
+                .collect();
+        }
+        before
+    };
+    derive::take_fingerprints_as_known(ext, watch.id, counted_before)
         .unwrap_or_else(|e| error!("indexnow_watch: taking the rows of {label} as known: {e}"));
     let baseline = derive::Watch {
         derivation: Derivation::Baseline,

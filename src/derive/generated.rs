@@ -300,6 +300,7 @@ pub fn definition(ext: &str, stored: &Stored) -> Result<WatchDefinition, String>
                     .filter(|c| !stored.ignore.contains(c))
                     .cloned()
                     .collect(),
+                all: b.columns.clone(),
             })
             .collect(),
     })

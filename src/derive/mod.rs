@@ -855,10 +855,10 @@ fn may_derive_here() -> bool {
 pub fn take_fingerprints_as_known(
     ext: &str,
     watch_id: i32,
-    before: impl FnOnce(&[String]) -> Vec<String>,
+    before: impl FnOnce(&statements::WatchDefinition) -> statements::Counted,
 ) -> Result<i64, String> {
     let definition = generated::definition_of(ext, watch_id)?;
-    let sql = definition.fingerprints_taken_as_known(&before(&definition.public));
+    let sql = definition.fingerprints_taken_as_known(&before(&definition));
     subtransaction::run(|| {
         owner::as_extension_owner(|| {
             with_settings(&pinned_settings(), || Spi::get_one::<i64>(&sql))

@@ -22,8 +22,8 @@
 //!   row with an expiry to come keeps it in its source's `wake_at`, and the workers derive it
 //!   again at that time (`change_sets::record_woken`): its removal is owed without a write.
 //! - A row public at a URL search engines know as live whose publication time is in the future
-//!   (a live page rescheduled) is *withdrawn*: its URL's removal (the watch's `hidden_reason`)
-//!   is queued now, and its source, marked `withdrawn`, wakes at the publication time, when the
+//!   (a live page rescheduled), and that no other row gives live, is *withdrawn*: its URL's
+//!   removal (the watch's `hidden_reason`) is queued now, and its source, marked `withdrawn`, wakes at the publication time, when the
 //!   row is announced again (`created`, or `changed` if the removal never went out).
 //! - A removal is sent only when search engines were told of the URL while this row gave it (its
 //!   last push is later than the source's `since`, a clock time), or may have been: a worker
@@ -84,6 +84,14 @@ pub struct Body {
     pub on: Vec<(String, String)>,
     /// Its columns that are content: not the key, not ignored.
     pub public: Vec<String>,
+    /// Its columns but the key, ignored or not.
+    pub all: Vec<String>,
+}
+
+/// What a fingerprint counts: the watched row's columns, and each body table's.
+pub struct Counted {
+    pub columns: Vec<String>,
+    pub bodies: Vec<Body>,
 }
 
 #[derive(Clone)]
@@ -297,14 +305,33 @@ impl WatchDefinition {
     /// and keys sorted by jsonb itself. Values keep their stored text (numeric scale, case), so a
     /// change of value is a change even where the type's equality would call the two equal.
     fn fingerprint_expr(&self) -> String {
-        self.fingerprint_over(&self.public)
+        self.fingerprint_over(&self.counted())
     }
 
-    /// The fingerprint over the watched row's `columns` and the public columns of its body rows:
-    /// each body's under its table's name (`public.blog_blogpage`: no column has that name), so a
-    /// row without a body row has the fingerprint it had before the body table was related.
-    fn fingerprint_over(&self, columns: &[String]) -> String {
-        let bodies = self
+    /// What the watch's fingerprint counts now.
+    pub fn counted(&self) -> Counted {
+        Counted {
+            columns: self.public.clone(),
+            bodies: self.bodies.clone(),
+        }
+    }
+
+    /// The column named by `expire_at`, if it names one (no content, whatever `ignore` says).
+    pub fn expire_column(&self) -> Option<String> {
+        self.expire_at.as_ref().and_then(|e| {
+            e.sql
+                .strip_prefix("r.\"")
+                .and_then(|c| c.strip_suffix('"'))
+                .map(|c| c.replace("\"\"", "\""))
+        })
+    }
+
+    /// The fingerprint over what `counted` names: the watched row's columns and the public
+    /// columns of its body rows, each body's under its table's name (`public.blog_blogpage`: no
+    /// column has that name), so a row without a body row has the fingerprint it had before the
+    /// body table was related.
+    fn fingerprint_over(&self, counted: &Counted) -> String {
+        let bodies = counted
             .bodies
             .iter()
             .map(|b| {
@@ -324,16 +351,17 @@ impl WatchDefinition {
                 )
             })
             .collect::<Vec<_>>();
-        fingerprint_of(columns, &bodies)
+        fingerprint_of(&counted.columns, &bodies)
     }
 
     /// Takes what the watch's fingerprint covers now as known: each source whose fingerprint is
-    /// its row's over the columns `before` (those the fingerprint covered until now) takes its
-    /// row's fingerprint over the watch's columns now, so that no row is announced for the
-    /// change of what is counted alone (a column added with a default, a changed `ignore`). A
-    /// source whose row changed since it was derived (a change recorded, not yet derived) keeps
-    /// its fingerprint: that row is still derived as changed. Returns the number of sources.
-    pub fn fingerprints_taken_as_known(&self, before: &[String]) -> String {
+    /// its row's over what `before` counts (what the fingerprint covered until now) takes its
+    /// row's fingerprint over what the watch counts now, so that no row is announced for the
+    /// change of what is counted alone (a column added with a default, to the table or to a body
+    /// table; a changed `ignore`). A source whose row changed since it was derived (a change
+    /// recorded, not yet derived) keeps its fingerprint: that row is still derived as changed.
+    /// Returns the number of sources.
+    pub fn fingerprints_taken_as_known(&self, before: &Counted) -> String {
         let now = self.fingerprint_expr();
         format!(
             "WITH f AS ( \
@@ -363,9 +391,14 @@ impl WatchDefinition {
             (Some(v), None) => format!("coalesce(({v}), false)"),
             (None, None) => "true".to_string(),
             (Some(v), Some(_)) => {
-                format!("coalesce(({v}), false) AND NOT coalesce({expire_at} <= now(), false)")
+                format!(
+                    "coalesce(({v}), false) \
+                     AND NOT coalesce({expire_at} OPERATOR(pg_catalog.<=) pg_catalog.now(), false)"
+                )
             }
-            (None, Some(_)) => format!("NOT coalesce({expire_at} <= now(), false)"),
+            (None, Some(_)) => {
+                format!("NOT coalesce({expire_at} OPERATOR(pg_catalog.<=) pg_catalog.now(), false)")
+            }
         };
         let columns = format!(
             "{url} AS url, {visible} AS vis, {pub_at} AS pub_at, {expire_at} AS exp_at, \
@@ -480,6 +513,14 @@ impl WatchDefinition {
                       CASE WHEN c.pub_at > now() THEN EXISTS ( \
                              SELECT FROM {ext}.indexnow_urls u \
                               WHERE u.url_hash = c.url_hash AND {known_live}) \
+                           AND NOT EXISTS ( \
+                             SELECT FROM c o WHERE o.url_hash = c.url_hash \
+                                AND o.row_key <> c.row_key AND NOT coalesce(o.pub_at > now(), false)) \
+                           AND NOT EXISTS ( \
+                             SELECT FROM {ext}.indexnow_sources s \
+                              WHERE s.url_hash = c.url_hash AND NOT s.withdrawn \
+                                AND NOT coalesce(s.publish_at > now(), false) \
+                                AND (s.watch_id <> {id} OR s.row_key <> c.row_key)) \
                            ELSE false END AS withdraw, \
                       c.exp_at AS new_exp \
                  FROM c FULL JOIN p ON p.row_key = c.row_key), \
@@ -487,6 +528,7 @@ impl WatchDefinition {
                SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END \
                            AS new_wake, \
                       CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) \
+                                                OR old_hash IS DISTINCT FROM new_hash \
                            ELSE old_hash IS DISTINCT FROM new_hash \
                                 OR old_fp IS DISTINCT FROM new_fp \
                                 OR old_pub_at IS DISTINCT FROM new_pub_at \
@@ -509,7 +551,8 @@ impl WatchDefinition {
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
              gu AS ( \
-               SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at \
+               SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, \
+                      u.last_pushed_at, u.tried_at \
                  FROM {ext}.indexnow_urls u \
                 WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL \
                                         AND old_hash IS DISTINCT FROM new_hash) \
@@ -519,7 +562,8 @@ impl WatchDefinition {
                       pr.old_host AS host, u.request_seq, \
                       CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' \
                            ELSE {hidden} END AS reason, \
-                      {told_of} AS announced \
+                      ({told_of}) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT {known_live} \
+                                           AND u.request_seq = u.settled_seq) AS announced \
                  FROM pr JOIN gu u ON u.url_hash = pr.old_hash \
                 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash \
                   AND NOT EXISTS (SELECT FROM given g WHERE g.new_hash = pr.old_hash) \

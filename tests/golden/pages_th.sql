@@ -27,10 +27,16 @@ JOIN "public".indexnow_sources s ON s.watch_id = 1 AND s.row_key = k.row_key), p
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) ELSE false END AS withdraw, c.exp_at AS new_exp
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
+SELECT
+FROM c o
+WHERE o.url_hash = c.url_hash AND o.row_key <> c.row_key AND NOT coalesce(o.pub_at > now(), false)) AND NOT EXISTS (
+SELECT
+FROM "public".indexnow_sources s
+WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key)) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
-SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
+SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) OR old_hash IS DISTINCT FROM new_hash ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
 FROM pr
 WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR old_withdrawn IS DISTINCT FROM withdraw OR old_wake IS DISTINCT FROM CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END)), live AS (
 SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN ch.withdraw THEN 'unpublished' WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, CASE WHEN ch.withdraw THEN now() ELSE greatest(ch.new_pub_at, now()) END AS available_at
@@ -40,14 +46,14 @@ WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at
+SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
@@ -110,10 +116,16 @@ WHERE s.watch_id = 1), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) ELSE false END AS withdraw, c.exp_at AS new_exp
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
+SELECT
+FROM c o
+WHERE o.url_hash = c.url_hash AND o.row_key <> c.row_key AND NOT coalesce(o.pub_at > now(), false)) AND NOT EXISTS (
+SELECT
+FROM "public".indexnow_sources s
+WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key)) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
-SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
+SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) OR old_hash IS DISTINCT FROM new_hash ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
 FROM pr
 WHERE new_hash IS NOT NULL AND (old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR old_withdrawn IS DISTINCT FROM withdraw OR old_wake IS DISTINCT FROM CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END)), live AS (
 SELECT DISTINCT ON (ch.new_hash) ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN ch.withdraw THEN 'unpublished' WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, CASE WHEN ch.withdraw THEN now() ELSE greatest(ch.new_pub_at, now()) END AS available_at
@@ -123,14 +135,14 @@ WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_reason, u.last_pushed_at, u.tried_at
+SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, (coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
