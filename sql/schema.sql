@@ -89,6 +89,14 @@ CREATE TABLE indexnow_urls (
 CREATE INDEX indexnow_urls_pending ON indexnow_urls (host, changed_at)
     WHERE request_seq > settled_seq;
 
+-- Under a backlog, what search engines do not have yet (content changed or removed since the
+-- last push, or never pushed) goes before re-announcements of unchanged content: a claim reads
+-- these rows first, in order, through this index, then the others through the one above
+-- (src/send/sql.rs, `due_of_host`). Without it, a site-wide `refresh` of a million URLs would be
+-- walked past by every claim looking for the few changes behind it.
+CREATE INDEX indexnow_urls_news ON indexnow_urls (host, changed_at)
+    WHERE request_seq > settled_seq AND changed_at IS DISTINCT FROM pushed_changed_at;
+
 -- indexnow_status() counts the refused URLs per host: few rows, found without reading the queue
 -- (measured: 40 ms a call with 200,000 pushed URLs without it). Only settles write failed_at, and
 -- they write the pending index's columns anyway, so this index makes no HOT update non-HOT.
@@ -200,7 +208,10 @@ CREATE TABLE indexnow_column_changes (
     PRIMARY KEY (tbl, column_name)
 );
 
--- One row per request made (or per dry-run decision).
+-- One row per request made (or per dry-run decision), with the URLs it carried: "was this page
+-- sent, when, and what was the answer" is answered here for as long as the request is kept
+-- (indexnow.history_days). One array a request, not a row a URL: a million URLs sent take the
+-- size docs/benchmarks.md gives ("The URLs of every request"), compressed with their row.
 CREATE TABLE indexnow_pushes (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     pushed_at timestamptz NOT NULL DEFAULT now(),
@@ -208,7 +219,9 @@ CREATE TABLE indexnow_pushes (
     url_count integer NOT NULL,
     status    integer NOT NULL,                     -- HTTP status; 0 = no response
     duration  interval,
-    note      text
+    note      text,
+    urls      text[]                                -- the URLs it carried, in normal form
+                                                    --   (NULL: a request made before 0.6.0)
 );
 CREATE INDEX indexnow_pushes_host_time ON indexnow_pushes (host, pushed_at DESC);
 CREATE INDEX indexnow_pushes_time ON indexnow_pushes (pushed_at);

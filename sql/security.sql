@@ -48,6 +48,8 @@ REVOKE ALL ON FUNCTION indexnow_confirm_copy() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_queue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_column_changes(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_explain(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_coverage(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean, boolean, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
@@ -83,6 +85,12 @@ ALTER FUNCTION indexnow_status() SECURITY DEFINER SET search_path = pg_catalog, 
     SET max_parallel_workers_per_gather = 0 SET jit = off;
 ALTER FUNCTION indexnow_column_changes(regclass) SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp;
+-- indexnow_explain() reads the queue, the watches' rows (with their makers' rights, through
+-- _indexnow_watch_rows()) and the history: for whom the owner grants it, as indexnow_status().
+ALTER FUNCTION indexnow_explain(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET jit = off;
+ALTER FUNCTION indexnow_coverage(regclass) SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET jit = off;
 -- Watching runs as its caller (the caller's rights and search_path check the arguments and the
 -- watch's SQL), then does the extension's part as the extension's owner (src/derive/owner.rs).
 -- indexnow_watch is not pinned: the watch's expressions are written for the caller's search_path.

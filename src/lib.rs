@@ -64,10 +64,12 @@
 //! - `send/sql.rs`         the statements of a pass
 //! - `send/push_now.rs`    `indexnow_push_now()`
 //! - `status.rs`           `indexnow_status()`; its query is `status.sql`
+//! - `explain.rs`          `indexnow_explain()`: why a URL is or is not sent, from the rules that decide it
+//! - `coverage.rs`         `indexnow_coverage()`: per watch, what is public, told and owed
 //! - `worker/mod.rs`       the launcher and the per-database workers
 //! - `worker/settings.rs`  database and role settings followed by a running worker
 //! - `worker/ddl.rs`       getting out of the way of DROP DATABASE and its kind
-//! - `tests.rs`, `capture_tests.rs`  the `#[pg_test]`s (SQL-level, in a test database)
+//! - `tests.rs`, `capture_tests.rs`, `explain_tests.rs`  the `#[pg_test]`s (SQL-level, in a test database)
 //! - `../sql/schema.sql`   tables and indexes
 //! - `../sql/capture.sql`  `indexnow_watch()`'s expression check; the event trigger for partitions
 //! - `../sql/security.sql` grants, SECURITY DEFINER, search_path pins
@@ -88,8 +90,10 @@ use pgrx::prelude::*;
 
 mod capture;
 mod compat;
+mod coverage;
 mod derive;
 mod error;
+mod explain;
 mod extension;
 #[cfg(test)]
 mod golden;
@@ -131,6 +135,7 @@ pub extern "C-unwind" fn _PG_init() {
 mod tests {
     include!("tests.rs");
     include!("capture_tests.rs");
+    include!("explain_tests.rs");
 }
 
 /// Required by `cargo pgrx test`.

@@ -110,6 +110,12 @@ pub const FAILED_SQL: &str = "(failed_at IS NOT NULL AND request_seq = settled_s
 pub const KEY_FAILED_SQL: &str =
     "(failed_status = 403 OR (failed_status = 422 AND failed_note ILIKE '%key%'))";
 
+/// A pending row whose content search engines do not have yet: changed (or removed) since its
+/// last push, or never pushed. The other pending rows are re-announcements of unchanged content
+/// (`refresh`), which `repeat_after` spaces and which go last under a backlog
+/// (`crate::send::sql`).
+pub const NEWS_SQL: &str = "changed_at IS DISTINCT FROM pushed_changed_at";
+
 /// The rule as a condition over `indexnow_urls`. `$1` = now (timestamptz); `$2`, `$3`, `$4` =
 /// debounce, min_gap and repeat_after in seconds (float8, see [`DueRule::sql_args`]).
 /// Its first two terms are what the partial index `indexnow_urls_pending` serves.
@@ -119,12 +125,35 @@ pub const DUE_SQL: &str = "(request_seq > settled_seq \
      AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => \
           CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END)))";
 
-/// The rule as the time a row becomes due (NULL while nothing is pending); same arguments.
-pub const DUE_AT_SQL: &str = "(CASE WHEN request_seq > settled_seq THEN greatest( \
-     changed_at + make_interval(secs => $2), \
-     available_at, \
-     last_pushed_at + make_interval(secs => \
-          CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END)) END)";
+// The terms of the time a row becomes due, each in one place (`concat!` takes literals).
+macro_rules! quiet_at {
+    () => {
+        "(changed_at + make_interval(secs => $2))"
+    };
+}
+macro_rules! gap_at {
+    () => {
+        "(last_pushed_at + make_interval(secs => \
+          CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))"
+    };
+}
+
+/// When the debounce lets a pending row go: quiet for `debounce` since its last content change.
+pub const QUIET_AT_SQL: &str = quiet_at!();
+
+/// When the gap since its last push lets it go (NULL when never pushed): `min_gap` after a
+/// content change, `repeat_after` for a re-announcement.
+pub const GAP_AT_SQL: &str = gap_at!();
+
+/// The rule as the time a row becomes due (NULL while nothing is pending), the latest of its
+/// terms ([`QUIET_AT_SQL`], `available_at`, [`GAP_AT_SQL`]); same arguments.
+pub const DUE_AT_SQL: &str = concat!(
+    "(CASE WHEN request_seq > settled_seq THEN greatest(",
+    quiet_at!(),
+    ", available_at, ",
+    gap_at!(),
+    ") END)"
+);
 
 #[cfg(any(test, feature = "pg_test"))]
 pub mod cases {

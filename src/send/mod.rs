@@ -1064,6 +1064,11 @@ fn record(batch: &Batch, decision: &Decision, took: f64) {
                 status.into(),
                 took.into(),
                 note.into(),
+                claimed
+                    .iter()
+                    .map(|u| u.url.clone())
+                    .collect::<Vec<String>>()
+                    .into(),
             ],
         )?;
         Ok::<_, pgrx::spi::Error>(())

@@ -6,7 +6,7 @@
 //! `$5` = dry run (bool). A statement that does not use some of them still takes them all, so
 //! every call site passes the same [`super::Settings::claim_args`].
 
-use crate::queue::due::{DUE_AT_SQL, DUE_SQL, PENDING_SQL};
+use crate::queue::due::{DUE_AT_SQL, DUE_SQL, NEWS_SQL, PENDING_SQL};
 
 /// Who takes advisory locks of this key (`pg_advisory_*lock(PASS_LOCK)`): sending passes only.
 /// A worker's claim transaction holds it shared, an `indexnow_push_now()` call exclusive until
@@ -80,14 +80,27 @@ pub fn paused_until(host: &str) -> String {
     )
 }
 
-/// The due rows of one host (`$6`), at most `$7` of them, longest quiet first; `and` adds a
-/// condition.
+/// The due rows of one host (`$6`), at most `$7` of them, in the order a backlog goes out: first
+/// what search engines do not have yet ([`NEWS_SQL`]: content changes and removals, and their
+/// retries after a pause or a lost answer), then re-announcements of unchanged content
+/// (`refresh`), each longest quiet first; `and` adds a condition. (Two scans, each following an
+/// index in order: `indexnow_urls_news` for the first, `indexnow_urls_pending` for the second,
+/// which runs only when the first leaves room in the batch: an `Append` reads its branches in
+/// turn, and the outer `LIMIT` stops it, locking no row it does not return.)
 fn due_of_host(columns: &str, and: &str, lock: &str) -> String {
     let claimable = claimable();
+    // (each branch a subquery of its own: a set operation takes no locking clause in a branch)
+    let branch = |which: &str| {
+        format!(
+            "SELECT * FROM (SELECT {columns} FROM @extschema@.indexnow_urls \
+               WHERE host = $6 AND {DUE_SQL} AND {claimable} {and} AND {which} \
+               ORDER BY changed_at LIMIT $7 {lock}) b"
+        )
+    };
     format!(
-        "SELECT {columns} FROM @extschema@.indexnow_urls \
-          WHERE host = $6 AND {DUE_SQL} AND {claimable} {and} \
-          ORDER BY changed_at LIMIT $7 {lock}"
+        "SELECT * FROM ({news} UNION ALL {again}) d LIMIT $7",
+        news = branch(&format!("({NEWS_SQL})")),
+        again = branch(&format!("NOT ({NEWS_SQL})")),
     )
 }
 
@@ -264,11 +277,11 @@ pub const PAUSES_OVER: &str = "DELETE FROM @extschema@.indexnow_backoff WHERE ct
      RETURNING scope, status";
 
 /// One row per request made (or per dry-run decision): `$1` host, `$2` URL count, `$3` status,
-/// `$4` duration in seconds, `$5` note. `pushed_at` is when the request started.
-pub const RECORD: &str =
-    "INSERT INTO @extschema@.indexnow_pushes (pushed_at, host, url_count, status, duration, note) \
+/// `$4` duration in seconds, `$5` note, `$6` the URLs. `pushed_at` is when the request started.
+pub const RECORD: &str = "INSERT INTO @extschema@.indexnow_pushes \
+       (pushed_at, host, url_count, status, duration, note, urls) \
      VALUES (clock_timestamp() - make_interval(secs => $4), $1, $2, $3, \
-             make_interval(secs => $4), $5)";
+             make_interval(secs => $4), $5, $6)";
 
 /// The key's state as an answer revealed it (`indexnow_protocol::key_state`): `$1` host, `$2`
 /// state, `$3` the answer (its status and note), `$4` the key the request carried. Written when

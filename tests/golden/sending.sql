@@ -3,23 +3,47 @@
 
 -- claim_with_lease
 UPDATE @extschema@.indexnow_urls SET claimed_until = $1 + make_interval(secs => $8), tried_at = CASE WHEN $5 OR (available_at > queued_at AND reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')) THEN tried_at ELSE $1 END
-WHERE ctid = ANY (ARRAY(SELECT ctid
+WHERE ctid = ANY (ARRAY(SELECT *
+FROM (SELECT *
+FROM (SELECT ctid
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)
-ORDER BY changed_at LIMIT $7 FOR UPDATE SKIP LOCKED))
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 FOR UPDATE SKIP LOCKED) b
+UNION ALL
+SELECT *
+FROM (SELECT ctid
+FROM @extschema@.indexnow_urls
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 FOR UPDATE SKIP LOCKED) b) d LIMIT $7))
 RETURNING url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled;
 
 -- claim_by_reading (own requests)
-SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
+SELECT *
+FROM (SELECT *
+FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint)
-ORDER BY changed_at LIMIT $7;
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 ) b
+UNION ALL
+SELECT *
+FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
+FROM @extschema@.indexnow_urls
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 ) b) d LIMIT $7;
 
 -- claim_by_reading
-SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
+SELECT *
+FROM (SELECT *
+FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq)
-ORDER BY changed_at LIMIT $7;
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 ) b
+UNION ALL
+SELECT *
+FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
+FROM @extschema@.indexnow_urls
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+ORDER BY changed_at LIMIT $7 ) b) d LIMIT $7;
 
 -- lease_again
 UPDATE @extschema@.indexnow_urls SET claimed_until = clock_timestamp() + make_interval(secs => $2), tried_at = CASE WHEN $3 THEN clock_timestamp() ELSE tried_at END

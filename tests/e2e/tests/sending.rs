@@ -2403,3 +2403,100 @@ fn epoch(db: &mut postgres::Client, sql: &str) -> f64 {
         .unwrap()
         .get(0)
 }
+
+/// Under a backlog larger than a request (issue 33, item 5), what search engines do not have yet
+/// goes first: content changes and removals, oldest first, then re-announcements of unchanged
+/// pages (`refresh`), however much older those are.
+#[test]
+fn under_a_backlog_changes_and_removals_go_before_re_announcements() {
+    let receiver = receiver();
+    let cluster = cluster(
+        &receiver,
+        &["indexnow.batch_size = 4", "indexnow.enabled = off"],
+    );
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/old/", 6);
+    // Pushed long ago, then queued for re-announcement: their changes are the oldest.
+    db.batch_execute(
+        "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason, \
+           changed_at = now() - interval '3 days' + split_part(url, '/', 5)::int * interval '1 s', \
+           last_pushed_at = now() - interval '2 days'; \
+         UPDATE indexnow_urls SET pushed_changed_at = changed_at; \
+         SELECT indexnow_queue(url, 'refresh') FROM indexnow_urls;",
+    )
+    .unwrap();
+    db.batch_execute(&format!(
+        "SELECT indexnow_queue('https://{HOST}/new/' || g) FROM generate_series(1, 2) g; \
+         SELECT indexnow_queue('https://{HOST}/old/1', 'deleted');"
+    ))
+    .unwrap();
+    db.batch_execute("SET indexnow.enabled = on; SELECT indexnow_push_now();")
+        .unwrap();
+    let requests: Vec<Vec<String>> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let mut urls = r.request.as_ref().unwrap().url_list.clone();
+            urls.sort();
+            urls
+        })
+        .collect();
+    let url = |p: &str| format!("https://{HOST}{p}");
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(
+        requests[0],
+        vec![url("/new/1"), url("/new/2"), url("/old/1"), url("/old/2")],
+        "the two new pages and the removal, then the oldest re-announcement"
+    );
+    assert_eq!(
+        requests[1],
+        vec![url("/old/3"), url("/old/4"), url("/old/5"), url("/old/6")]
+    );
+}
+
+/// Every request keeps the URLs it carried beside its answer (issue 33, item 2): what the
+/// endpoint received, request by request, is what `indexnow_pushes.urls` says, refused requests
+/// included.
+#[test]
+fn every_request_keeps_the_urls_it_carried() {
+    let receiver = receiver();
+    receiver.script([ok(), status(422, None, "URLs do not belong to the host")]);
+    let cluster = cluster(&receiver, &["indexnow.batch_size = 3"]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/kept/", 5);
+    wait_until_settled(&mut db, "the two requests", SECONDS(30));
+    let mut sent: Vec<(Vec<String>, i32)> = receiver
+        .received()
+        .iter()
+        .map(|r| {
+            let mut urls = r.request.as_ref().unwrap().url_list.clone();
+            urls.sort();
+            (urls, i32::from(r.status))
+        })
+        .collect();
+    sent.sort();
+    let mut kept: Vec<(Vec<String>, i32)> = db
+        .query(
+            "SELECT ARRAY(SELECT u FROM unnest(urls) u ORDER BY u), status FROM indexnow_pushes",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    kept.sort();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(kept, sent);
+    // "Was this page sent, when, and what was the answer?"
+    let answer: i32 = db
+        .query_one(
+            &format!(
+                "SELECT status FROM indexnow_pushes \
+                  WHERE 'https://{HOST}/kept/5' = ANY (urls) ORDER BY pushed_at DESC LIMIT 1"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(answer == 200 || answer == 422);
+}
