@@ -60,3 +60,15 @@ ALTER FUNCTION @extschema@.indexnow_explain(text) SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp SET jit = off;
 ALTER FUNCTION @extschema@.indexnow_coverage(regclass) SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp SET jit = off;
+
+-- indexnow_sitemap(): a sitemaps.org document of a host's public URLs, for the web application.
+CREATE FUNCTION @extschema@."indexnow_sitemap"(
+	"host" TEXT,
+	"page" INT DEFAULT 1
+) RETURNS TEXT
+STABLE PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'indexnow_sitemap_wrapper';
+REVOKE ALL ON FUNCTION @extschema@.indexnow_sitemap(text, integer) FROM PUBLIC;
+ALTER FUNCTION @extschema@.indexnow_sitemap(text, integer) SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp SET jit = off;

@@ -50,6 +50,7 @@ REVOKE ALL ON FUNCTION indexnow_status() FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_column_changes(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_explain(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_coverage(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION indexnow_sitemap(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_watch(regclass, text, text, text[], text, text, text, text[], boolean, boolean, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION _indexnow_watching_privilege(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION indexnow_grant_watching(regrole) FROM PUBLIC;
@@ -91,6 +92,9 @@ ALTER FUNCTION indexnow_explain(text) SECURITY DEFINER SET search_path = pg_cata
     SET jit = off;
 ALTER FUNCTION indexnow_coverage(regclass) SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET jit = off;
+-- indexnow_sitemap() is for the web application that serves /sitemap.xml: grant it to that role.
+ALTER FUNCTION indexnow_sitemap(text, integer) SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp SET jit = off;
 -- Watching runs as its caller (the caller's rights and search_path check the arguments and the
 -- watch's SQL), then does the extension's part as the extension's owner (src/derive/owner.rs).
 -- indexnow_watch is not pinned: the watch's expressions are written for the caller's search_path.

@@ -239,3 +239,150 @@ fn coverage_counts_what_is_public_told_and_owed() {
         Some("4 1 1 2 1 3 1 1 1 0")
     );
 }
+
+/// The `<loc>`s and `<lastmod>`s of a sitemap document, checked against the protocol's schema as
+/// a structure: an XML declaration in UTF-8, one root element `root` in the sitemaps.org
+/// namespace, whose children are `item` elements each with one `<loc>` (an absolute URL of at
+/// most 2048 characters) and at most one `<lastmod>` (W3C datetime), nothing else.
+fn sitemap_entries(xml: &str, root: &str, item: &str) -> Vec<(String, Option<String>)> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(xml);
+    reader.config_mut().trim_text(true);
+    let mut path: Vec<String> = vec![];
+    let mut entries: Vec<(String, Option<String>)> = vec![];
+    let mut declared = false;
+    let mut current = String::new();
+    loop {
+        match reader.read_event().unwrap() {
+            Event::Decl(d) => {
+                assert_eq!(&*d.encoding().unwrap().unwrap(), b"UTF-8");
+                declared = true;
+            }
+            Event::Start(e) => {
+                let name = String::from_utf8(e.name().as_ref().to_vec()).unwrap();
+                match path.len() {
+                    0 => {
+                        assert_eq!(name, root);
+                        let ns = e.try_get_attribute("xmlns").unwrap().unwrap();
+                        assert_eq!(&*ns.value, b"http://www.sitemaps.org/schemas/sitemap/0.9");
+                    }
+                    1 => {
+                        assert_eq!(name, item);
+                        entries.push((String::new(), None));
+                    }
+                    2 => {
+                        assert!(name == "loc" || name == "lastmod", "{name}");
+                        current.clear();
+                    }
+                    _ => panic!("{name} nested too deep"),
+                }
+                path.push(name);
+            }
+            Event::Text(t) => current.push_str(&t.decode().unwrap()),
+            Event::GeneralRef(r) => current.push_str(
+                match &*r.decode().unwrap() {
+                    "amp" => "&",
+                    "lt" => "<",
+                    "gt" => ">",
+                    "quot" => "\"",
+                    "apos" => "'",
+                    other => panic!("unknown entity {other}"),
+                },
+            ),
+            Event::End(_) => {
+                let text = std::mem::take(&mut current);
+                match path.pop().as_deref() {
+                    Some("loc") => {
+                        let entry = entries.last_mut().unwrap();
+                        assert!(entry.0.is_empty(), "one loc");
+                        assert!(text.starts_with("https://") && text.len() <= 2048, "{text}");
+                        entry.0 = text;
+                    }
+                    Some("lastmod") => {
+                        let entry = entries.last_mut().unwrap();
+                        assert!(entry.1.is_none(), "one lastmod");
+                        assert_eq!(text.len(), 25, "{text}");
+                        assert!(text.ends_with("+00:00") && text.as_bytes()[10] == b'T');
+                        entry.1 = Some(text);
+                    }
+                    _ => assert!(text.is_empty(), "text outside loc and lastmod: {text}"),
+                }
+            }
+            Event::Eof => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(declared && path.is_empty());
+    assert!(entries.iter().all(|(loc, _)| !loc.is_empty()));
+    assert!(entries.len() as i64 <= crate::sitemap::URLS_A_FILE);
+    entries
+}
+
+/// `indexnow_sitemap()`: the host's public URLs (not hidden, not scheduled, not another host's),
+/// escaped, with the last change the derivation saw (none for a page only known from the watch's
+/// baseline); a page leaves when it is hidden; 50,000 URLs a page, and an index of the pages.
+#[pg_test]
+fn the_sitemap_lists_the_public_urls_by_the_protocol() {
+    run(
+        "CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, site text NOT NULL, \
+           live boolean NOT NULL, pub timestamptz)",
+    );
+    run("INSERT INTO pages VALUES (1, 'old', 'www.example.com', true, NULL)");
+    run(
+        "SELECT indexnow_watch('pages', url_sql => $$'https://' || site || '/' || slug$$, \
+           visible => 'live', publish_at => 'pub')",
+    );
+    run(
+        "INSERT INTO pages VALUES (2, 'a?x=1&y=<2>', 'www.example.com', true, NULL), \
+           (3, 'hidden', 'www.example.com', false, NULL), \
+           (4, 'later', 'www.example.com', true, now() + interval '1 day'), \
+           (5, 'other', 'other.example.com', true, NULL)",
+    );
+    run("SELECT indexnow_derive()");
+    let xml = text("SELECT indexnow_sitemap('www.example.com')").unwrap();
+    let entries = sitemap_entries(&xml, "urlset", "url");
+    let locs: Vec<&str> = entries.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        locs,
+        [
+            "https://www.example.com/a?x=1&y=%3C2%3E",
+            "https://www.example.com/old"
+        ]
+    );
+    assert!(entries[0].1.is_some(), "a change the derivation saw");
+    assert!(entries[1].1.is_none(), "known from the baseline only: no lastmod");
+    run("UPDATE pages SET live = false WHERE id = 1");
+    run("SELECT indexnow_derive()");
+    let xml = text("SELECT indexnow_sitemap('WWW.Example.com')").unwrap();
+    assert_eq!(sitemap_entries(&xml, "urlset", "url").len(), 1, "hidden: gone from it");
+    // A page boundary at 50,000, and the index.
+    run(
+        "INSERT INTO pages SELECT g, 'p' || g, 'www.example.com', true, NULL \
+           FROM generate_series(10, 50009) g",
+    );
+    run("SELECT indexnow_derive()");
+    let first = sitemap_entries(
+        &text("SELECT indexnow_sitemap('www.example.com', 1)").unwrap(),
+        "urlset",
+        "url",
+    );
+    let second = sitemap_entries(
+        &text("SELECT indexnow_sitemap('www.example.com', 2)").unwrap(),
+        "urlset",
+        "url",
+    );
+    assert_eq!((first.len(), second.len()), (50_000, 1));
+    assert!(first.last().unwrap().0 < second[0].0, "in URL order across pages");
+    let index = sitemap_entries(
+        &text("SELECT indexnow_sitemap('www.example.com', 0)").unwrap(),
+        "sitemapindex",
+        "sitemap",
+    );
+    assert_eq!(
+        index.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(),
+        [
+            "https://www.example.com/sitemap.xml?page=1",
+            "https://www.example.com/sitemap.xml?page=2"
+        ]
+    );
+}

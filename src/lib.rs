@@ -66,6 +66,7 @@
 //! - `status.rs`           `indexnow_status()`; its query is `status.sql`
 //! - `explain.rs`          `indexnow_explain()`: why a URL is or is not sent, from the rules that decide it
 //! - `coverage.rs`         `indexnow_coverage()`: per watch, what is public, told and owed
+//! - `sitemap.rs`          `indexnow_sitemap()`: a sitemaps.org document of a host's public URLs
 //! - `worker/mod.rs`       the launcher and the per-database workers
 //! - `worker/settings.rs`  database and role settings followed by a running worker
 //! - `worker/ddl.rs`       getting out of the way of DROP DATABASE and its kind
@@ -106,6 +107,7 @@ mod queue;
 mod quote;
 mod registry;
 mod send;
+mod sitemap;
 mod status;
 mod subtransaction;
 mod wake;

@@ -642,7 +642,7 @@ fn only_the_public_functions_are_named_indexnow() {
              indexnow_derive indexnow_disable_host \
              indexnow_enable_host indexnow_explain indexnow_fingerprint indexnow_grant_watching \
              indexnow_library_version indexnow_push_now indexnow_queue indexnow_reconcile \
-             indexnow_revoke_watching indexnow_set_key_location indexnow_status \
+             indexnow_revoke_watching indexnow_set_key_location indexnow_sitemap indexnow_status \
              indexnow_unwatch indexnow_watch"
         )
     );

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# History benchmark (not a test): what keeping the URLs of every request costs
-# (`indexnow_pushes.urls`), and how long "was this URL sent, and what was the answer" takes.
+# The site owner's questions (not a test): what keeping the URLs of every request costs
+# (`indexnow_pushes.urls`), how long "was this URL sent, and what was the answer" takes, and how
+# long indexnow_coverage() and indexnow_explain() take on a watched table of ROWS rows.
 #
 # URLS URLs (default 1000000) recorded as the worker records them: requests of 10,000 URLs each,
 # one `indexnow_pushes` row a request, URLs of a realistic shape
 # (https://www.example.com/blog/2026/12/a-slug-of-some-words-123456/). Printed: the table's size
 # with and without the URLs (the same rows, urls NULL), per million URLs, and the time of the
 # look-up of one URL's last request over the whole history (a sequential read of the arrays),
-# median of 5.
+# median of 5. Then a table of ROWS rows (default 1000000) watched (its baseline: every page
+# known), 1 % of its pages changed and derived (pending): indexnow_coverage() and
+# indexnow_explain() of one URL, each median of 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 URLS=${URLS:-1000000}
+ROWS=${ROWS:-1000000}
 
 bash scripts/setup.sh >/dev/null
 echo "[bench] building and installing the extension (release)"
@@ -55,3 +59,24 @@ SELECT pushed_at, status FROM indexnow_pushes WHERE '$probe' = ANY (urls)
  ORDER BY pushed_at DESC LIMIT 1;
 SQL
 done | awk '/^Time:/ { print $2 }' | sort -n | awk '{ v[NR] = $1 } END { printf "one URL'"'"'s last request, over the whole history: median %.0f ms (of %d)\n", v[int((NR + 1) / 2)], NR }'
+
+# Median of 5 runs of the SQL `$1` (ms).
+median_ms() {
+  for i in 1 2 3 4 5; do
+    psql -At <<SQL
+\\timing on
+$1
+SQL
+  done | awk '/^Time:/ { print $2 }' | sort -n | awk '{ v[NR] = $1 } END { printf "%.0f", v[int((NR + 1) / 2)] }'
+}
+psql <<SQL
+SELECT indexnow_add_host('www.example.com', 'abcdefgh12');
+CREATE TABLE pages (id int PRIMARY KEY, slug text NOT NULL, title text, live boolean NOT NULL);
+INSERT INTO pages SELECT g, 'page-' || g, 'Title ' || g, g % 10 <> 0 FROM generate_series(1, $ROWS) g;
+SELECT indexnow_watch('pages', url => 'https://www.example.com/p/{slug}', visible => 'live');
+UPDATE pages SET title = title || '!' WHERE id % 100 = 1;
+SELECT indexnow_derive();
+VACUUM ANALYZE;
+SQL
+echo "indexnow_coverage() on $ROWS rows ($(psql -Atc "SELECT public FROM indexnow_coverage('pages')") public, $(psql -Atc "SELECT pending FROM indexnow_coverage('pages')") pending): median $(median_ms "SELECT * FROM indexnow_coverage('pages');") ms (of 5)"
+echo "indexnow_explain() of one URL: median $(median_ms "SELECT * FROM indexnow_explain('https://www.example.com/p/page-501');") ms (of 5)"
