@@ -23,13 +23,13 @@ done
 [ "${INDEXNOW_DEMO_SKIP_SETUP:-}" = 1 ] || bash scripts/setup.sh
 [ -x "$pg_config" ] || { echo "demo.sh: no pg_config at $pg_config (give --pg-config PATH)" >&2; exit 2; }
 
-echo "[demo] building and installing the extension ($profile) and the local IndexNow receiver"
+echo "[demo] building and installing the extension ($profile), the local IndexNow receiver and the picture command"
 build_log=$(mktemp /tmp/indexnow-demo-build.XXXXXX)
 install_args=(--pg-config "$pg_config")
 cargo_args=(--release)
 [ "$profile" = debug ] && { install_args+=(--debug); cargo_args=(); }
 if ! { bash scripts/install.sh "${install_args[@]}" &&
-       cargo build "${cargo_args[@]}" -q -p indexnow-receiver; } >"$build_log" 2>&1; then
+       cargo build "${cargo_args[@]}" -q -p indexnow-receiver -p indexnow-picture; } >"$build_log" 2>&1; then
   tail -n 40 "$build_log" >&2
   echo "demo.sh: the build failed (whole log: $build_log)" >&2
   exit 1
@@ -314,6 +314,13 @@ show_received
 
 step "10. indexnow_status()"
 psql -P pager=off -P footer=off -c "SELECT host, pending, due_now, failed, last_status, next_due_at, oldest_due_age, held, dry_run, worker FROM indexnow_status()"
+
+step "11. The picture"
+picture=${INDEXNOW_DEMO_PICTURE:-/tmp/indexnow-demo-picture.svg}
+seconds=$(( ($(date +%s%N) - started) / 1000000000 / 10 + 1 ))
+"target/$profile/indexnow-picture" "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
+  "$picture" 10 "$seconds"
+note "URLs sent per 10 s by answer, the pause shaded, the backlog as a line: open $picture"
 
 elapsed=$((($(date +%s%N) - started) / 100000000))
 echo "[demo] done in $((elapsed / 10)).$((elapsed % 10)) s after the build"

@@ -88,6 +88,15 @@ fn explain_names_what_keeps_a_due_url_from_going() {
     run("SELECT indexnow_disable_host('www.example.com')");
     assert!(explained(url, "host").contains("is held: disabled"));
     run("SELECT indexnow_enable_host('www.example.com')");
+    // A copy of the database (its key was added in another database) holds the host.
+    run("UPDATE indexnow_hosts SET home_database = 1");
+    assert!(
+        explained(url, "host").contains("this database is a copy"),
+        "{}",
+        explained(url, "host")
+    );
+    run("SELECT indexnow_confirm_copy()");
+    assert_eq!(explained(url, "host"), "www.example.com may be sent for now");
     run("SET LOCAL indexnow.enabled = off");
     assert!(explained(url, "host").contains("indexnow.enabled is off"));
     run("SET LOCAL indexnow.enabled = on");

@@ -2500,3 +2500,36 @@ fn every_request_keeps_the_urls_it_carried() {
         .get(0);
     assert!(answer == 200 || answer == 422);
 }
+
+/// The picture (issue 33, item 6) of a real run: requests accepted, one answered 429 (a pause),
+/// then sent after it; what it reads adds up to what the receiver took, the pause is marked,
+/// and the SVG file is drawn with its legend.
+#[test]
+fn the_picture_of_a_run_shows_what_was_sent_and_the_pause() {
+    let receiver = receiver();
+    receiver.script([ok(), status(429, Some("6"), "slow down")]);
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    queue_for_host(&mut db, "/seen/", 3);
+    wait_until_settled(&mut db, "the first request", SECONDS(20));
+    queue_for_host(&mut db, "/later/", 2);
+    wait_until_settled(&mut db, "the held URLs sent after the pause", SECONDS(40));
+    let periods = indexnow_picture::read(&mut db, 60, 10).unwrap();
+    assert_eq!(periods.len(), 10);
+    let accepted: i64 = periods.iter().map(|p| p.accepted).sum();
+    assert_eq!(accepted as usize, accepted_urls(&receiver.received()).len());
+    assert_eq!(
+        periods.iter().map(|p| p.unanswered).sum::<i64>(),
+        2,
+        "the 429's two URLs"
+    );
+    assert!(periods.iter().any(|p| p.paused));
+    assert_eq!(periods.last().unwrap().backlog, 0, "nothing waits now");
+    let file = cluster.dir.join("picture.svg");
+    indexnow_picture::draw(&periods, &file).unwrap();
+    let svg = std::fs::read_to_string(&file).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..100.min(svg.len())]);
+    for legend in ["accepted", "paused", "backlog"] {
+        assert!(svg.contains(legend), "{legend}");
+    }
+}
