@@ -4,9 +4,9 @@
 //! nothing is derived or written, so it answers at once; changes recorded and not derived yet are
 //! counted apart (`indexnow_derive()` first, for the counts as they will be).
 
+use crate::plan_cache;
 use crate::queue::due::{DUE_SQL, PENDING_SQL};
 use crate::queue::{known_live, removal_list};
-use crate::{guc, plan_cache};
 use pgrx::prelude::*;
 use pgrx::PgRelation;
 
@@ -38,8 +38,6 @@ fn indexnow_coverage(
     crate::extension::require_current_version();
     let tbl: Option<pg_sys::Oid> = tbl.map(|t| t.oid());
     let ext = crate::extension::schema();
-    let (enabled, dry_run) = crate::worker::sending_for_status();
-    let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
     let claimable = crate::send::sql::claimable_with_dry_run_in(6);
     let held = crate::hosts::held_sql("u.host", "$5");
     let paused = crate::send::sql::paused_until("u.host");
@@ -80,36 +78,26 @@ fn indexnow_coverage(
     )
     .replace("@extschema@", &ext);
     let rows = Spi::connect(|client| {
-        plan_cache::read(
-            client,
-            &sql,
-            &[
-                crate::send::now().into(),
-                debounce.into(),
-                min_gap.into(),
-                repeat_after.into(),
-                enabled.into(),
-                dry_run.into(),
-                tbl.into(),
-            ],
-        )?
-        .map(|r| {
-            Ok((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<String>(2)?.unwrap_or_default(),
-                r.get::<i64>(3)?.unwrap_or_default(),
-                r.get::<i64>(4)?.unwrap_or_default(),
-                r.get::<i64>(5)?.unwrap_or_default(),
-                r.get::<i64>(6)?.unwrap_or_default(),
-                r.get::<i64>(7)?.unwrap_or_default(),
-                r.get::<i64>(8)?.unwrap_or_default(),
-                r.get::<i64>(9)?.unwrap_or_default(),
-                r.get::<i64>(10)?.unwrap_or_default(),
-                r.get::<i64>(11)?.unwrap_or_default(),
-                r.get::<i64>(12)?.unwrap_or_default(),
-            ))
-        })
-        .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        let mut args = crate::status::reader_args(crate::send::now());
+        args.push(tbl.into());
+        plan_cache::read(client, &sql, &args)?
+            .map(|r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(2)?.unwrap_or_default(),
+                    r.get::<i64>(3)?.unwrap_or_default(),
+                    r.get::<i64>(4)?.unwrap_or_default(),
+                    r.get::<i64>(5)?.unwrap_or_default(),
+                    r.get::<i64>(6)?.unwrap_or_default(),
+                    r.get::<i64>(7)?.unwrap_or_default(),
+                    r.get::<i64>(8)?.unwrap_or_default(),
+                    r.get::<i64>(9)?.unwrap_or_default(),
+                    r.get::<i64>(10)?.unwrap_or_default(),
+                    r.get::<i64>(11)?.unwrap_or_default(),
+                    r.get::<i64>(12)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow_coverage: {e}"));
     TableIterator::new(rows)

@@ -10,8 +10,8 @@
 //! pauses) and the hold rule (`hosts::held_sql`), and what was sent from `indexnow_pushes.urls`.
 //! It writes nothing, and derives nothing: a change recorded and not derived yet is named as such.
 
+use crate::plan_cache;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, GAP_AT_SQL, NEWS_SQL, QUIET_AT_SQL};
-use crate::{guc, plan_cache};
 use pgrx::prelude::*;
 
 /// One fact: what it is about (`url`, `source`, `queue`, `due`, `host`, `change`, `request`,
@@ -253,8 +253,6 @@ fn fact_no_source(ext: &str, url: &str, facts: &mut Vec<Fact>) {
 /// The URL's queue row: pending or not, and when it is due and what holds it. Returns the watch
 /// that last derived it.
 fn queue_row(ext: &str, hash: &[u8], host: &str, facts: &mut Vec<Fact>) -> Option<i32> {
-    let (enabled, dry_run) = crate::worker::sending_for_status();
-    let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
     let undecided = crate::send::sql::undecided(6);
     let sql = format!(
         "SELECT u.reason, u.settled_reason, u.request_seq > u.settled_seq, \
@@ -269,19 +267,9 @@ fn queue_row(ext: &str, hash: &[u8], host: &str, facts: &mut Vec<Fact>) -> Optio
            FROM {ext}.indexnow_urls u WHERE u.url_hash = $7"
     );
     let row = Spi::connect(|client| {
-        let rows = plan_cache::read(
-            client,
-            &sql,
-            &[
-                crate::send::now().into(),
-                debounce.into(),
-                min_gap.into(),
-                repeat_after.into(),
-                enabled.into(),
-                dry_run.into(),
-                hash.to_vec().into(),
-            ],
-        )?;
+        let mut args = crate::status::reader_args(crate::send::now());
+        args.push(hash.to_vec().into());
+        let rows = plan_cache::read(client, &sql, &args)?;
         if rows.is_empty() {
             return Ok(None);
         }

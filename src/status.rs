@@ -13,6 +13,23 @@ use crate::guc;
 use crate::queue::due::{DUE_AT_SQL, DUE_SQL, FAILED_SQL, PENDING_SQL};
 use pgrx::prelude::*;
 
+/// The arguments `$1`..`$6` of a reader that counts as the database's workers send: `now`, the
+/// due rule (`$2`..`$4`, `DueRule::sql_args`), whether sending is on and whether it is a dry run
+/// for those workers (`worker::sending_for_status`). `indexnow_status()`, `indexnow_explain()`
+/// and `indexnow_coverage()` pass them, and add their own after.
+pub fn reader_args(now: TimestampWithTimeZone) -> Vec<pgrx::datum::DatumWithOid<'static>> {
+    let (enabled, dry_run) = crate::worker::sending_for_status();
+    let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
+    vec![
+        now.into(),
+        debounce.into(),
+        min_gap.into(),
+        repeat_after.into(),
+        enabled.into(),
+        dry_run.into(),
+    ]
+}
+
 /// One row of `indexnow_status()`, as its columns are named.
 #[derive(Default)]
 struct HostStatus {
@@ -127,8 +144,7 @@ fn indexnow_status() -> TableIterator<
     let (changes_waiting, oldest_change_age) = crate::derive::change_sets::waiting_summary(&ext);
     let capture_gaps = crate::capture::placement::gaps(&ext);
     let worker = crate::worker::state_for_status();
-    let (enabled, dry_run) = crate::worker::sending_for_status();
-    let [debounce, min_gap, repeat_after] = guc::due_rule().sql_args();
+    let (_, dry_run) = crate::worker::sending_for_status();
     // `$5`: whether `indexnow.enabled` is on for the database's workers.
     let held = crate::hosts::held_sql("n.host", "$5");
     let paused = crate::send::sql::paused_until("n.host");
@@ -151,15 +167,7 @@ fn indexnow_status() -> TableIterator<
         .replace("{paused}", &paused)
         .replace("{held}", &held);
     let rows: Vec<HostStatus> = Spi::connect(|client| {
-        let args = [
-            now().into(),
-            debounce.into(),
-            min_gap.into(),
-            repeat_after.into(),
-            enabled.into(),
-            dry_run.into(),
-        ];
-        crate::plan_cache::read(client, &sql, &args)?
+        crate::plan_cache::read(client, &sql, &reader_args(now()))?
             .map(|r| {
                 Ok(HostStatus {
                     host: r.get_by_name("host")?,
