@@ -52,7 +52,7 @@ fn indexnow_explain(
         );
     }
     sources(&ext, &hash, &target.url, &mut facts);
-    let watched = queue_row(&ext, &hash, &target.host, &mut facts);
+    let watched = queue_row(&ext, &hash, &mut facts);
     host(&ext, &target.host, &mut facts);
     changes(&ext, &hash, watched, &mut facts);
     requests(&ext, &target.url, &mut facts);
@@ -252,7 +252,7 @@ fn fact_no_source(ext: &str, url: &str, facts: &mut Vec<Fact>) {
 
 /// The URL's queue row: pending or not, and when it is due and what holds it. Returns the watch
 /// that last derived it.
-fn queue_row(ext: &str, hash: &[u8], host: &str, facts: &mut Vec<Fact>) -> Option<i32> {
+fn queue_row(ext: &str, hash: &[u8], facts: &mut Vec<Fact>) -> Option<i32> {
     let undecided = crate::send::sql::undecided(6);
     let sql = format!(
         "SELECT u.reason, u.settled_reason, u.request_seq > u.settled_seq, \
@@ -334,7 +334,7 @@ fn queue_row(ext: &str, hash: &[u8], host: &str, facts: &mut Vec<Fact>) -> Optio
         ));
     }
     if u.pending {
-        facts.push(("due".into(), due_fact(&u, host)));
+        facts.push(("due".into(), due_fact(&u)));
     }
     u.watch_id
 }
@@ -362,7 +362,7 @@ struct QueueRow {
 }
 
 /// When a pending URL is due, by the due rule, and what a sender would do with it now.
-fn due_fact(u: &QueueRow, host: &str) -> String {
+fn due_fact(u: &QueueRow) -> String {
     let due_at = u.due_at.clone().unwrap_or_default();
     if !u.due {
         let why = if u.by_schedule {
@@ -404,14 +404,7 @@ fn due_fact(u: &QueueRow, host: &str) -> String {
                 not decided again until a new request"
             .to_string();
     }
-    format!(
-        "due since {due_at}: the next pass sends it{}",
-        if host.is_empty() {
-            String::new()
-        } else {
-            " unless its host is held or paused (below)".to_string()
-        }
-    )
+    format!("due since {due_at}: the next pass sends it unless its host is held or paused (below)")
 }
 
 /// Whether the URL's host may be sent for now: held (no key, disabled, sending off, a copy) or
