@@ -67,7 +67,7 @@ version() {
   export INDEXNOW_PG_BIN
   INDEXNOW_PG_BIN=$("$pg_config" --bindir)
   step "PostgreSQL $v: end-to-end, real clusters"
-  tests=(--test capture --test foundation --test sending --test many_hosts --test staging)
+  tests=(--test capture --test foundation --test sending --test many_hosts --test staging --test restore)
   [ "$v" = 15 ] && tests+=(--test soak --test upgrade)
   cargo test -p indexnow-e2e "${tests[@]}"
   # The upgrade from the previous release on the other versions too (0.1.0 was for 15 only).

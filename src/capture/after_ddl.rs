@@ -22,11 +22,24 @@ fn indexnow_table_changed(table: pg_sys::Oid, tag: &str) {
 fn table_changed(table: pg_sys::Oid, tag: &str) {
     let ext = crate::extension::schema();
     put_back_taken_off(&ext);
+    // An ALTER that leaves the rows, the tree and every constraint a watch is made from as they
+    // were (a constraint or an index added, a trigger enabled, the owner) has nothing to follow,
+    // and its end does nothing: it makes no trigger, takes no lock on any table and derives
+    // nothing. That is every ALTER of a restore's data and post-data sections, which run in
+    // parallel sessions (`pg_restore -j`): following them made the capture triggers the dump
+    // makes itself later ("trigger already exists") and locked tables other jobs were loading
+    // (deadlocks). See docs/operations.md, "Back up and restore".
+    if tag == "ALTER TABLE" && before_ddl::leaves_watches() {
+        return;
+    }
     let tree = whole_tree(table);
     // Every tree around a watched or related table the table is in gets the triggers where it
     // lacks them: a write straight to a partition, or through a parent, fires only the triggers
-    // of the table it names. Not a tree whose watched or related table has none yet: a restore
-    // makes them itself, after the tables (`triggers::on`).
+    // of the table it names. Only at a CREATE TABLE or an ALTER that may change a tree (a
+    // partition attached, an inheritance added): a restore runs those in its pre-data section
+    // alone, before any capture trigger of its dump is made and before `indexnow_watches` has a
+    // row, so the triggers are made there by the dump only. Not a tree whose watched or related
+    // table has none: triggers taken off by hand stay off until `indexnow_watch()`.
     let roots: Vec<pg_sys::Oid> = in_role(&ext, &tree, Role::Either)
         .into_iter()
         .filter(|t| triggers::on(*t))

@@ -32,10 +32,6 @@
 //!   refused: PostgreSQL would refuse every UPDATE and DELETE through the tree (a watch of such a
 //!   table is refused as well).
 //!
-//! - A capture trigger made by name on a table that has it already (a parallel `pg_restore`
-//!   making the dump's triggers after the event triggers made them on a table joining a watched
-//!   tree): the existing one is dropped first, so the restore does not fail on it.
-//!
 //! - An `ALTER TABLE` whose every subcommand leaves the rows as they are (a constraint or index
 //!   added or dropped, a default, statistics, storage, options, the owner: [`changes_no_rows`])
 //!   is noted, so that its end records no whole-table change set when the watches come out the
@@ -102,8 +98,6 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
         foreign_table_created(&*(parsetree as *mut pg_sys::CreateForeignTableStmt))
     } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateStmt) {
         unlogged_table_created(&*(parsetree as *mut pg_sys::CreateStmt))
-    } else if pgrx::is_a(parsetree, pg_sys::NodeTag::T_CreateTrigStmt) {
-        capture_trigger_made(&*(parsetree as *mut pg_sys::CreateTrigStmt))
     } else {
         None
     };
@@ -135,12 +129,6 @@ pub unsafe extern "C-unwind" fn indexnow_before_ddl_wrapper(
             Seen::DroppedWith { schemas, owners } => {
                 follow_drops(&ext, &children_dropped_with(schemas, owners))
             }
-            // (without looking first: the drop takes the table's lock, then sees a trigger
-            // another session committed meanwhile; its NOTICE when there is none is not said)
-            Seen::CaptureTrigger { table, name } => crate::derive::settings::with_settings(
-                &[("client_min_messages", "warning".into())],
-                || super::triggers::drop_one(&super::triggers::table_qualified(*table), name),
-            ),
             Seen::Tree { joining, left, .. } => {
                 joining
                     .iter()
@@ -172,11 +160,6 @@ enum Seen {
     DroppedWith {
         schemas: Vec<pg_sys::Oid>,
         owners: Vec<pg_sys::Oid>,
-    },
-    /// A capture trigger made by name (`CREATE TRIGGER indexnow_capture_insert ...`: a restore).
-    CaptureTrigger {
-        table: pg_sys::Oid,
-        name: String,
     },
     /// Tables joining a tree (`ATTACH PARTITION`, `INHERIT`), the parents a table stops
     /// inheriting from (`NO INHERIT`), foreign tables coming below a parent (the foreign table,
@@ -290,49 +273,6 @@ fn children_dropped_with(schemas: &[pg_sys::Oid], owners: &[pg_sys::Oid]) -> Vec
     .unwrap_or_else(|e| error!("indexnow: listing the tables a drop takes with it: {e}"))
 }
 
-/// A capture trigger made by its table's owner with a `CREATE TRIGGER` of the capture function
-/// without `OR REPLACE`, as a restore makes the triggers of its dump: one the event triggers already made on the table (a parallel
-/// `pg_restore` alters and attaches tables while other sessions make triggers, and a table
-/// joining a watched tree gets the triggers at once) is dropped first, so the restore's succeeds.
-unsafe fn capture_trigger_made(create: &pg_sys::CreateTrigStmt) -> Option<Seen> {
-    if create.replace
-        || create.trigname.is_null()
-        || create.relation.is_null()
-        || create.funcname.is_null()
-    {
-        return None;
-    }
-    let name = CStr::from_ptr(create.trigname)
-        .to_string_lossy()
-        .into_owned();
-    if !super::triggers::EVENTS.iter().any(|(n, _, _)| *n == name) {
-        return None;
-    }
-    // Of the capture function only (a trigger of another function by that name fails as ever).
-    let function = pgrx::PgList::<pg_sys::Node>::from_pg(create.funcname)
-        .iter_ptr()
-        .last()
-        .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_String))
-        .map(|n| {
-            CStr::from_ptr((*(n as *mut pg_sys::String)).sval)
-                .to_string_lossy()
-                .into_owned()
-        });
-    if function.as_deref() != Some("_indexnow_capture") {
-        return None;
-    }
-    let table = relation_of(create.relation)?;
-    // Only for a caller who could replace the trigger itself: the table's owner.
-    let owner = crate::plan_cache::get_one::<bool>(
-        "SELECT pg_catalog.pg_has_role(c.relowner, 'USAGE') FROM pg_catalog.pg_class c WHERE c.oid = $1",
-        &[table.into()],
-    )
-    .ok()
-    .flatten()
-        == Some(true);
-    owner.then_some(Seen::CaptureTrigger { table, name })
-}
-
 /// A foreign table created below existing tables (`CREATE FOREIGN TABLE ... PARTITION OF`,
 /// `... INHERITS`).
 unsafe fn foreign_table_created(create: &pg_sys::CreateForeignTableStmt) -> Option<Seen> {
@@ -397,9 +337,14 @@ unsafe fn is_foreign(table: pg_sys::Oid) -> bool {
 enum Alter {
     /// Not an `ALTER TABLE`, or one that may change rows.
     MayChangeRows,
-    /// An `ALTER TABLE` whose every subcommand leaves the rows alone ([`LEAVING_ROWS_ALONE`]).
+    /// An `ALTER TABLE` whose every subcommand leaves the rows alone ([`LEAVING_ROWS_ALONE`]),
+    /// one of which drops or alters a constraint (a key, a foreign key a watch reads through).
     LeavesRows,
-    /// ... and only adds (a constraint, an index: [`ADDING`]), as a restore does.
+    /// An `ALTER TABLE` whose every subcommand leaves the rows alone and drops or alters no
+    /// constraint: what a watch is made from (columns, key, the foreign keys of its related
+    /// tables, its tree) is as it was. All a restore's data and post-data sections run.
+    LeavesWatches,
+    /// ... and only adds (a constraint, an index: [`ADDING`]).
     OnlyAdds,
     /// An `ALTER TABLE` that adds columns, and otherwise leaves the rows alone: the values there
     /// stay as they were, the new columns hold their defaults.
@@ -440,7 +385,16 @@ pub fn following<R>(f: impl FnOnce() -> R) -> R {
 /// Whether the `ALTER TABLE` ending now changes no row of the tables it alters: every
 /// subcommand is one that leaves rows, their values and which table holds them alone.
 pub fn changes_no_rows() -> bool {
-    matches!(ALTER.get(), Alter::LeavesRows | Alter::OnlyAdds)
+    matches!(
+        ALTER.get(),
+        Alter::LeavesRows | Alter::LeavesWatches | Alter::OnlyAdds
+    )
+}
+
+/// Whether the `ALTER TABLE` ending now leaves the rows and what every watch is made from as
+/// they were ([`Alter::LeavesWatches`]): its end has nothing to follow (`super::after_ddl`).
+pub fn leaves_watches() -> bool {
+    matches!(ALTER.get(), Alter::LeavesWatches | Alter::OnlyAdds)
 }
 
 /// The columns the `ALTER TABLE` ending now adds, when adding columns is all it does to rows
@@ -524,6 +478,19 @@ const ADDING: &[pg_sys::AlterTableType::Type] = {
     ]
 };
 
+/// The subcommands of [`LEAVING_ROWS_ALONE`] that drop or alter a constraint: a primary key
+/// (a watch's key), a foreign key (the path to a related table), a deferrability (a deferrable
+/// key is no key to a watch).
+const CHANGING_CONSTRAINTS: &[pg_sys::AlterTableType::Type] = {
+    use pg_sys::AlterTableType as At;
+    &[
+        At::AT_DropConstraint,
+        At::AT_AlterConstraint,
+        #[cfg(feature = "pg15")]
+        At::AT_DropConstraintRecurse,
+    ]
+};
+
 /// The `ALTER TABLE` subcommands that leave every row as it is. Anything else (a column added,
 /// dropped or retyped, an expression changed, a partition attached, an inheritance changed) may
 /// change rows.
@@ -589,7 +556,14 @@ unsafe fn alter_kind(alter: &pg_sys::AlterTableStmt) -> Alter {
     if all_in(ADDING) {
         Alter::OnlyAdds
     } else if !commands.is_empty() && commands.iter_ptr().all(leaves_rows) {
-        Alter::LeavesRows
+        if commands
+            .iter_ptr()
+            .any(|command| CHANGING_CONSTRAINTS.contains(&(*command).subtype))
+        {
+            Alter::LeavesRows
+        } else {
+            Alter::LeavesWatches
+        }
     } else if adds_columns
         && commands
             .iter_ptr()

@@ -119,9 +119,11 @@ pub fn take_off_all_unneeded(ext: &str) {
 
 /// Where the rule cannot be kept now, for `indexnow_status()`: each watched or related table (or
 /// table below one that carries the triggers) whose writes the capture triggers do not see — it
-/// lacks them (a restore makes them last; dropped by hand), one is disabled, or it is a logical
-/// replication subscription's table (its apply worker fires no statement trigger) — as
-/// `table: why`, joined by `; `. NULL when there is none.
+/// lacks them (a restore makes them last; dropped by hand), one is disabled, it is a logical
+/// replication subscription's table (its apply worker fires no statement trigger), or the
+/// database or a role sets `session_replication_role = replica` for its sessions (`ALTER
+/// DATABASE ... SET`), whose writes fire only triggers enabled `ALWAYS` (a watch's
+/// `replica_writes`) — as `table: why`, joined by `; `. NULL when there is none.
 pub fn gaps(ext: &str) -> Option<String> {
     crate::plan_cache::get_one::<String>(
         &format!(
@@ -130,14 +132,30 @@ pub fn gaps(ext: &str) -> Option<String> {
                UNION SELECT r.tbl::pg_catalog.oid FROM {ext}.indexnow_relations r \
                  JOIN {ext}.indexnow_watches w ON w.id = r.watch_id WHERE w.active), \
              carrying AS ( \
-               SELECT g.tgrelid AS t, pg_catalog.bool_or(g.tgenabled = 'D') AS disabled \
+               SELECT g.tgrelid AS t, pg_catalog.bool_or(g.tgenabled = 'D') AS disabled, \
+                      pg_catalog.bool_and(g.tgenabled = 'A') AS always \
                  FROM pg_catalog.pg_trigger g WHERE g.tgname LIKE 'indexnow\\_capture\\_%' \
                 GROUP BY g.tgrelid), \
+             replica AS ( \
+               SELECT pg_catalog.string_agg(DISTINCT CASE WHEN s.setrole = 0 AND s.setdatabase = 0 \
+                                                          THEN 'every role' \
+                                                          WHEN s.setrole = 0 THEN 'the database' \
+                                                          ELSE 'role ' || s.setrole::pg_catalog.regrole::pg_catalog.text END, \
+                                           ', ') AS who \
+                 FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) v \
+                WHERE v = 'session_replication_role=replica' \
+                  AND s.setdatabase IN (0, (SELECT d.oid FROM pg_catalog.pg_database d \
+                                             WHERE d.datname = pg_catalog.current_database()))), \
              gap AS ( \
                SELECT w.t, 'no capture triggers' AS why FROM watched w \
                 WHERE NOT EXISTS (SELECT FROM carrying c WHERE c.t = w.t) \
                   AND EXISTS (SELECT FROM pg_catalog.pg_class k WHERE k.oid = w.t) \
                UNION ALL SELECT c.t, 'capture triggers disabled' FROM carrying c WHERE c.disabled \
+               UNION ALL SELECT c.t, pg_catalog.format('sessions of %s run with \
+                              session_replication_role = replica, whose writes fire no capture \
+                              trigger (watch with replica_writes => true, or RESET it)', r.who) \
+                 FROM carrying c, replica r \
+                WHERE r.who IS NOT NULL AND NOT c.disabled AND NOT c.always \
                UNION ALL SELECT sr.srrelid, pg_catalog.format('written by subscription %s, whose \
                               applied changes fire no statement trigger', s.subname) \
                  FROM pg_catalog.pg_subscription_rel sr \

@@ -70,7 +70,7 @@ pub fn carried() -> Vec<pg_sys::Oid> {
 }
 
 /// Drops the capture trigger `name` of `table` (quoted, qualified).
-pub fn drop_one(table: &str, name: &str) {
+fn drop_one(table: &str, name: &str) {
     spi(
         "removing a capture trigger",
         Spi::run(&format!(

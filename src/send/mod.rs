@@ -7,7 +7,9 @@
 //! answer decides (see `indexnow_protocol::response`):
 //! - accepted: the claimed requests are settled (only those: behaviour 14);
 //! - refused (400, 422, 403 of the key): settled as failed, the status and the body kept;
-//! - too large (413): the claim is given back, and the host's next requests carry half as many;
+//! - too large (413): the claim is given back, and the host's next requests carry half as many,
+//!   growing back as the endpoint takes them ([`split_batches`]); a request of one URL too large
+//!   is an answer about the endpoint (a body limit), and pauses as one;
 //! - pause (429, 5xx, network, an answer about the endpoint): the claim is given back, a pause is
 //!   written to `indexnow_backoff`, and no new request starts (for all hosts, or for this host
 //!   after a site-verification 403); the answers of requests already in flight are still
@@ -506,8 +508,15 @@ impl Pass<'_> {
                     SystemTime::now(),
                     throttled_before,
                 );
-                if let Outcome::TooLarge { note } = &outcome {
-                    outcome = split_batches(&host.host, a.what.claimed.len(), note);
+                if let Outcome::TooLarge { note } = outcome {
+                    outcome = split_batches(
+                        &host.host,
+                        a.what.claimed.len(),
+                        note,
+                        &self.settings.backoffs,
+                    );
+                } else if outcome == Outcome::Accepted {
+                    batch_taken(&host.host, a.what.claimed.len());
                 }
                 self.settle(
                     a.what,
@@ -801,34 +810,85 @@ fn sendable_hosts(settings: &Settings) -> Vec<Host> {
     .unwrap_or_else(|e| error!("indexnow: could not list the hosts to send for: {e}"))
 }
 
+/// After a 413, how large a host's requests may be: `size` URLs, and how many requests of that
+/// size the endpoint has taken since (see [`split_batches`]).
+#[derive(Clone, Copy)]
+struct BatchCap {
+    size: i64,
+    taken: u32,
+}
+
+/// Requests of a capped size accepted before the cap doubles: an endpoint whose limit was met
+/// once is asked for a larger request again after this many (a 413 in nine requests at most
+/// when its limit holds), and a limit lifted is found again in a few dozen requests.
+const TAKEN_BEFORE_GROWING: u32 = 8;
+
 thread_local! {
-    /// The largest batch each host's endpoint took, after a 413 (see [`split_batches`]).
-    static BATCH_CAPS: std::cell::RefCell<std::collections::HashMap<String, i64>> =
+    /// Each host's batch cap after a 413 (see [`split_batches`]); none for a host whose
+    /// endpoint takes `batch_size`.
+    static BATCH_CAPS: std::cell::RefCell<std::collections::HashMap<String, BatchCap>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// How many URLs the next request for `host` may carry: `batch_size`, or less after the
 /// endpoint answered 413 to a larger one.
 fn batch_size_for(host: &str, settings: &Settings) -> i64 {
-    let cap = BATCH_CAPS.with(|caps| caps.borrow().get(host).copied());
+    let cap = BATCH_CAPS.with(|caps| caps.borrow().get(host).map(|c| c.size));
     cap.map_or(settings.batch_size, |cap| cap.min(settings.batch_size))
 }
 
 /// A 413 (the request too large for the endpoint): the URLs stay due, and this process sends the
-/// host's in requests of half as many from now on (until it exits). A request of one URL that is
-/// too large condemns that URL: it fails, as a 400 would.
-fn split_batches(host: &str, carried: usize, note: &str) -> Outcome {
-    if carried <= 1 {
-        // (that URL alone is too large: paused for, it would hold every host up again and again)
-        return Outcome::Refused {
-            note: format!("{note}; a request of this URL alone is too large for the endpoint"),
-        };
-    }
+/// host's in requests of half as many from now on; each [`TAKEN_BEFORE_GROWING`] full requests
+/// accepted at that size double it again ([`batch_taken`]), so that a burst of 413s does not
+/// leave a worker sending small requests for the rest of its life. A request of one URL too
+/// large pauses all sending, loudly (`indexnow_protocol::response::too_large`), and the cap
+/// goes: after the pause, the full size is tried again.
+fn split_batches(host: &str, carried: usize, note: String, backoffs: &Backoffs) -> Outcome {
     let half = (carried / 2) as i64;
-    BATCH_CAPS.with(|caps| caps.borrow_mut().insert(host.to_string(), half));
-    Outcome::TooLarge {
-        note: format!("{note}; sent again in requests of at most {half} URLs"),
-    }
+    let outcome = if carried > 1 {
+        indexnow_protocol::response::too_large(
+            carried,
+            format!("{note}; sent again in requests of at most {half} URLs"),
+            backoffs,
+        )
+    } else {
+        indexnow_protocol::response::too_large(carried, note, backoffs)
+    };
+    BATCH_CAPS.with_borrow_mut(|caps| match outcome {
+        Outcome::TooLarge { .. } => {
+            caps.insert(
+                host.to_string(),
+                BatchCap {
+                    size: half,
+                    taken: 0,
+                },
+            );
+        }
+        _ => {
+            caps.remove(host);
+        }
+    });
+    outcome
+}
+
+/// A request of `carried` URLs for `host` was accepted: at the host's cap, it counts towards
+/// doubling it (see [`split_batches`]).
+fn batch_taken(host: &str, carried: usize) {
+    BATCH_CAPS.with_borrow_mut(|caps| {
+        let Some(cap) = caps.get_mut(host) else {
+            return;
+        };
+        if (carried as i64) < cap.size {
+            return;
+        }
+        cap.taken += 1;
+        if cap.taken >= TAKEN_BEFORE_GROWING {
+            *cap = BatchCap {
+                size: cap.size.saturating_mul(2),
+                taken: 0,
+            };
+        }
+    });
 }
 
 /// How many answers in a row were 429 (see `sql::THROTTLED_IN_A_ROW`).

@@ -426,8 +426,10 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
             pg_sys::GucSource::PGC_S_OVERRIDE,
         );
     }
+    own_transactions_settings();
     let started_with = BackgroundWorker::transaction(settings::given_by_database_and_role);
     let mut told_outdated = false;
+    let mut told_gaps = false;
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -464,6 +466,10 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
                 break;
             }
             continue;
+        }
+        if !told_gaps {
+            BackgroundWorker::transaction(|| tell_capture_gaps(sender));
+            told_gaps = true;
         }
         let enabled = guc::sending_on();
         registry::set_dry_run(db, guc::DRY_RUN.get());
@@ -515,6 +521,36 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         }
     }
     registry::leave(db);
+}
+
+/// Says once, at the worker's start, in the server log, which watched tables' writes the capture
+/// triggers cannot see now (`indexnow_status().capture_gaps`): a database whose sessions run in
+/// replica mode announces nothing, and a DBA reads the log before the status.
+fn tell_capture_gaps(sender: u32) {
+    if let Some(gaps) = crate::capture::placement::gaps(&crate::extension::schema()) {
+        warning!(
+            "indexnow worker {sender}: writes to these tables are not captured: {gaps} \
+             (indexnow_reconcile() catches up what they missed)"
+        );
+    }
+}
+
+/// The worker's transactions write, whatever the database or its role set for sessions (`ALTER
+/// DATABASE site SET default_transaction_read_only = on` made every write of the worker fail,
+/// and the postmaster restart it, dozens of times a second). Set as an override, which a
+/// reload keeps. A hot standby still refuses writes: the worker sends nothing there anyway
+/// (behaviour 18). (A session's `statement_timeout` does not reach a background worker's SPI
+/// statements: a derivation's time is bounded by `crate::subtransaction::run_within`.)
+fn own_transactions_settings() {
+    // SAFETY: a setting of this process; NUL-terminated name and value.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"default_transaction_read_only".as_ptr(),
+            c"off".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+    }
 }
 
 /// What an idle worker shows in `pg_stat_activity`: idle, sending switched off, or paused.

@@ -11,7 +11,9 @@
 
 use pgrx::prelude::*;
 
-/// The `indexnow.*` settings the database and roles give this worker, as one text.
+/// The `indexnow.*` settings the database and roles give this worker, and
+/// `session_replication_role` (a worker started again says at its start which tables' writes
+/// that setting hides: `super::tell_capture_gaps`), as one text.
 pub fn given_by_database_and_role() -> String {
     // SAFETY: this backend's database and session user.
     let (database, role) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetSessionUserId()) };
@@ -20,7 +22,8 @@ pub fn given_by_database_and_role() -> String {
                     s.setdatabase || '/' || s.setrole || ' ' || c, ',' \
                     ORDER BY s.setdatabase, s.setrole, c), '') \
            FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) c \
-          WHERE s.setdatabase IN (0, $1) AND s.setrole IN (0, $2) AND c LIKE 'indexnow.%'",
+          WHERE s.setdatabase IN (0, $1) AND s.setrole IN (0, $2) \
+            AND (c LIKE 'indexnow.%' OR c LIKE 'session\\_replication\\_role=%')",
         &[database.into(), role.into()],
     )
     .unwrap_or_else(|e| error!("indexnow: could not read the database's settings: {e}"))

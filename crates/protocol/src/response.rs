@@ -8,7 +8,7 @@
 //! | 5xx, timeout, no connection, reset, 1xx, 3xx, 408 | pause all sending for `unavailable` (transport or server) |
 //! | 403 whose body says SiteVerificationNotCompleted | pause that host for `unavailable`         |
 //! | 400, 422, 403 (the protocol's answers on the request's content and key) | refused: those URLs failed, kept with status and body, not retried until requested again |
-//! | 413                                      | too large: the URLs are kept and sent again in smaller requests |
+//! | 413                                      | too large: the URLs are kept and sent again in smaller requests; a request of one URL too large pauses all sending for `unavailable`, loudly ([`too_large`]): a body limit set too low, not the URL |
 //! | 401, 404, 405, any other 4xx; a 400, 403 or 422 whose body is a web page | pause all sending for `unavailable`, loudly: an answer about the endpoint (a wrong `indexnow.endpoint`, a proxy, a firewall), which a person must look at |
 //!
 //! A temporary failure, or an answer that is not about the URLs, never drops a URL: only the
@@ -90,6 +90,24 @@ const CHECK_AUTHENTICATION: &str =
     "check indexnow.endpoint and any proxy in between: IndexNow asks for no authentication";
 const CHECK_PROXY: &str =
     "check indexnow.endpoint and any proxy or firewall in between: the answer is not the protocol's";
+
+const CHECK_BODY_LIMIT: &str = "check indexnow.endpoint and any proxy in between: a request of \
+                                 one URL is too large for it (a body limit set too low)";
+
+/// What a 413 ([`Outcome::TooLarge`]) to a request of `carried` URLs means: a larger request
+/// than the endpoint takes, sent again in smaller ones; or, for a request of one URL (a few
+/// hundred bytes, which any IndexNow endpoint takes), an endpoint or a proxy whose body limit is
+/// wrong: the URL is kept and all sending pauses for `unavailable`, loudly, as for a 404.
+pub fn too_large(carried: usize, note: String, backoffs: &Backoffs) -> Outcome {
+    if carried > 1 {
+        return Outcome::TooLarge { note };
+    }
+    Outcome::PauseAll {
+        pause: backoffs.unavailable,
+        note,
+        act: Some(CHECK_BODY_LIMIT),
+    }
+}
 
 /// What `answer` means. `throttled_before` is how many answers in a row were 429 before this one
 /// (each doubles the pause of the next 429).
@@ -323,6 +341,26 @@ mod tests {
             retry_after: retry_after.map(str::to_string),
             body: body.to_string(),
         }
+    }
+
+    #[test]
+    fn a_413_splits_a_request_and_pauses_for_one_url() {
+        let b = Backoffs {
+            throttled: Duration::from_secs(3600),
+            unavailable: Duration::from_secs(900),
+        };
+        assert_eq!(
+            too_large(2, "413".into(), &b),
+            Outcome::TooLarge { note: "413".into() }
+        );
+        assert_eq!(
+            too_large(1, "413".into(), &b),
+            Outcome::PauseAll {
+                pause: Duration::from_secs(900),
+                note: "413".into(),
+                act: Some(CHECK_BODY_LIMIT),
+            }
+        );
     }
 
     #[test]

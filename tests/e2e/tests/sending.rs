@@ -252,7 +252,8 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
         case("400 a proxy's page", status(400, None, "<html>blocked</html>"), Held, 400, "not the protocol's", Some(All(900.0))),
         case("403 a firewall's page", status(403, None, "<!DOCTYPE html><p>denied</p>"), Held, 403, "not the protocol's", Some(All(900.0))),
         case("408", status(408, None, ""), Held, 408, "408", Some(All(900.0))),
-        case("413 of one URL", status(413, None, ""), Failed, 413, "this URL alone is too large", None),
+        // (a request of one URL too large says the endpoint's body limit is wrong, not the URL)
+        case("413 of one URL", status(413, None, ""), Held, 413, "body limit", Some(All(900.0))),
         // 429: never less than the floor; each 429 in a row doubles it.
         case("429 Retry-After 0", status(429, Some("0"), ""), Held, 429, "429", Some(All(5.0))),
         case("429 with Retry-After", status(429, Some("120"), ""), Held, 429, "429", Some(All(120.0))),
@@ -387,7 +388,9 @@ fn each_answer_class_has_its_effect_on_the_queue_the_history_and_the_status() {
     );
 }
 
-/// A 413 keeps the URLs and splits the batch: the host's next requests carry half as many.
+/// A 413 keeps the URLs and splits the batch: the host's next requests carry half as many, and
+/// grow back as the endpoint takes them. A burst of 413s down to one URL pauses (the URL kept),
+/// and after the pause the requests are full again.
 #[test]
 fn a_request_too_large_is_sent_again_in_halves() {
     let receiver = receiver();
@@ -418,6 +421,46 @@ fn a_request_too_large_is_sent_again_in_halves() {
         ),
         1
     );
+    let sizes_from = |from: usize| -> Vec<(u16, usize)> {
+        receiver.received()[from..]
+            .iter()
+            .map(|r| (r.status, r.request.as_ref().unwrap().url_list.len()))
+            .collect()
+    };
+    // Eight requests taken at the cap double it.
+    queue_for_host(&mut db, "/more/", 16);
+    db.batch_execute("SELECT indexnow_push_now()").unwrap();
+    assert_eq!(
+        sizes_from(3),
+        [
+            (200, 2),
+            (200, 2),
+            (200, 2),
+            (200, 2),
+            (200, 2),
+            (200, 2),
+            (200, 4)
+        ]
+    );
+    // A burst down to one URL: paused, loudly, the URL kept; then full requests again.
+    queue_for_host(&mut db, "/burst/", 5);
+    let payload = || status(413, None, "Payload Too Large");
+    receiver.script([payload(), payload(), payload()]);
+    db.batch_execute("SELECT indexnow_push_now()").unwrap();
+    assert_eq!(sizes_from(10), [(413, 4), (413, 2), (413, 1)]);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq \
+              AND failed_status IS NULL"
+        ),
+        5,
+        "every URL kept"
+    );
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_backoff"), 1);
+    db.batch_execute("DELETE FROM indexnow_backoff").unwrap();
+    db.batch_execute("SELECT indexnow_push_now()").unwrap();
+    assert_eq!(sizes_from(13), [(200, 5)]);
 }
 
 /// An endpoint, proxy or firewall that echoes the request puts the key nowhere: not in the
@@ -2532,4 +2575,47 @@ fn the_picture_of_a_run_shows_what_was_sent_and_the_pause() {
     for legend in ["accepted", "paused", "backlog"] {
         assert!(svg.contains(legend), "{legend}");
     }
+}
+
+/// A database made read-only for sessions (`ALTER DATABASE ... SET default_transaction_read_only
+/// = on`, as a DBA does before a migration) does not put its worker in a crash loop: the worker's
+/// own transactions write, and what is queued is sent.
+#[test]
+fn a_database_read_only_for_sessions_keeps_its_worker_sending() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "ALTER DATABASE site SET default_transaction_read_only = on; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+          WHERE backend_type = 'indexnow worker' AND datname = 'site'",
+    )
+    .unwrap();
+    let mut db = cluster.connect("site");
+    // (the worker started again, with the database's settings)
+    wait_until(
+        "a worker serves the database again",
+        Duration::from_secs(30),
+        || {
+            count(
+                &mut db,
+                "SELECT count(*) FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker' AND datname = 'site'",
+            ) == 1
+        },
+    );
+    db.batch_execute("SET default_transaction_read_only = off")
+        .unwrap();
+    queue_for_host(&mut db, "/read-only/", 1);
+    wait_until("the URL is sent", Duration::from_secs(30), || {
+        !sent_urls(&receiver).is_empty()
+    });
+    assert_eq!(
+        sent_urls(&receiver),
+        [format!("https://{HOST}/read-only/1")]
+    );
+    assert!(
+        !cluster.log().contains("read-only transaction"),
+        "the worker failed on the read-only default"
+    );
 }

@@ -8,7 +8,7 @@
 
 use indexnow_e2e::{
     count, release_library, sending_conf, sent_urls, wait_until, wait_until_settled, Cluster,
-    Options,
+    Options, PREVIOUS_RELEASE,
 };
 use indexnow_receiver::Receiver;
 use postgres::Client;
@@ -78,7 +78,7 @@ fn queue_and_history(db: &mut Client) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_install() {
-    upgrade_from("0.5.0", 20);
+    upgrade_from(PREVIOUS_RELEASE, 20);
 }
 
 #[test]
