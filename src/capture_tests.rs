@@ -3478,7 +3478,11 @@ fn a_restores_alter_table_makes_no_capture_trigger() {
         }
     };
     dumped("vases_a");
+    run("CREATE FUNCTION public.vases_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$");
+    run("CREATE TRIGGER vases_noop AFTER INSERT ON public.vases_a FOR EACH STATEMENT \
+           EXECUTE FUNCTION public.vases_noop()");
     run("ALTER TABLE ONLY public.vases ADD CONSTRAINT vases_pkey PRIMARY KEY (id)");
+    run("ALTER TABLE public.vases_a DISABLE TRIGGER vases_noop");
     run("ALTER TABLE ONLY public.vases_a ADD CONSTRAINT vases_a_slug UNIQUE (slug)");
     run("ALTER TABLE ONLY public.vases_a ENABLE TRIGGER indexnow_capture_insert");
     assert_eq!(capture_triggers(&["vases"]), 0, "the end of an ALTER made triggers");

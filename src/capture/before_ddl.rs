@@ -512,6 +512,9 @@ const LEAVING_ROWS_ALONE: &[pg_sys::AlterTableType::Type] = {
         At::AT_SetStorage,
         At::AT_ClusterOn,
         At::AT_DropCluster,
+        // (a trigger disabled: a restore disables those its dump had disabled; a capture trigger
+        // disabled is a gap `indexnow_status()` names, and enabling it again derives the table)
+        At::AT_DisableTrig,
         At::AT_SetRelOptions,
         At::AT_ResetRelOptions,
         At::AT_ReplaceRelOptions,

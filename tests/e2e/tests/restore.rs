@@ -8,7 +8,7 @@
 //! race the extension's own DDL following).
 //!
 //! `INDEXNOW_RESTORES=50` runs fifty restores (the proof recorded in docs/reliability.md); the
-//! suite runs a few.
+//! suite runs twenty.
 
 use indexnow_e2e::{release_library, Cluster, Options, PREVIOUS_RELEASE};
 use postgres::Client;
@@ -188,7 +188,7 @@ fn parallel_restores_under_load_leave_every_watched_table_captured() {
     let restores: usize = std::env::var("INDEXNOW_RESTORES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(20);
     // (the workers on: they serve each restored database as it appears, as on a real server)
     let cluster = Cluster::start(Options::default());
     cluster.create_db_with_extension("site");
