@@ -88,8 +88,7 @@ CREATE EVENT TRIGGER indexnow_drops ON sql_drop
 -- watched table renamed renames it in the templates and ignore lists that name it (the end of the
 -- ALTER then makes the watches again, indexnow_partitions); a partition or child of a watched table
 -- dropped records a whole-table change set for the table above it; a foreign table joining the tree
--- of a watched or related table is refused; a capture trigger a restore makes on a table that has
--- it already replaces it. Not SECURITY DEFINER: the
+-- of a watched or related table is refused. Not SECURITY DEFINER: the
 -- statement's names are resolved with the user's search_path; the function then switches to the
 -- extension's owner itself.
 CREATE FUNCTION _indexnow_before_ddl() RETURNS event_trigger
@@ -97,7 +96,7 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'indexnow_before_ddl_wrapper';
 CREATE EVENT TRIGGER indexnow_before_ddl ON ddl_command_start
     WHEN TAG IN ('ALTER TABLE', 'DROP TABLE', 'CREATE TABLE', 'CREATE FOREIGN TABLE',
-                  'ALTER FOREIGN TABLE', 'CREATE TRIGGER', 'DROP SCHEMA', 'DROP OWNED')
+                  'ALTER FOREIGN TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION _indexnow_before_ddl();
 
 -- For a watch's row statement (src/derive/statements.rs): its publish_at as a point in time,

@@ -74,8 +74,13 @@ CREATE TABLE indexnow_urls (
                                                     --   even if no answer was recorded (a killed
                                                     --   worker, a timeout), so search engines may
                                                     --   know the URL from then on
-    dry_run_seq       bigint                        -- the request_seq a dry run last decided on:
+    dry_run_seq       bigint,                       -- the request_seq a dry run last decided on:
                                                     --   not decided again until a new request
+    held_by           xid8                          -- the transaction whose change this request
+                                                    --   is: not sent while change sets of that
+                                                    --   transaction wait to be derived (one
+                                                    --   transaction, one announcement); cleared
+                                                    --   when the request is settled
 ) WITH (fillfactor = 70);
 -- fillfactor: a sender leases every row it sends (claimed_until, in no index); with room left on
 -- the page that update is HOT, writing no index entry. Measured: draining 200,000 URLs took
@@ -159,9 +164,15 @@ CREATE TABLE indexnow_changes (
     keys        jsonb,                              -- [[key columns...], ...]; NULL: every row
                                                     --   (TRUNCATE)
     recorded_at timestamptz NOT NULL DEFAULT now(),
-    columns     text[]                              -- the columns a single-row UPDATE changed,
+    columns     text[],                             -- the columns a single-row UPDATE changed,
                                                     --   with indexnow.track_columns on
+    xact        xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id()
+                                                    -- the transaction that recorded it: what
+                                                    --   it derives is held until the others of
+                                                    --   that transaction are derived too
 );
+-- The senders' hold (src/send/sql.rs, `claimable`): does a transaction still have change sets?
+CREATE INDEX indexnow_changes_xact ON indexnow_changes (xact);
 
 -- What each watch last derived from each row that gave it a public URL (live or scheduled): the
 -- URL, the fingerprint of the row's public columns and its publication time. A derivation

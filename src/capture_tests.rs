@@ -4007,3 +4007,42 @@ fn a_url_another_row_gives_live_is_not_withdrawn() {
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_sources WHERE withdrawn"), 0);
 }
+
+/// One transaction is one announcement: what the derivation of one of its change sets queues is
+/// held while its other change sets wait (a product derived, its prices not yet: the page would
+/// be sent, and sent again once they were), in the senders' claim, `indexnow_status()`'s
+/// `due_now` and `indexnow_explain()` alike; once the last is derived, it goes. A request of a
+/// transaction whose change sets are all derived is not held.
+#[pg_test]
+fn a_transactions_requests_are_held_until_its_change_sets_are_all_derived() {
+    site();
+    run("SELECT indexnow_add_host('www.example.com', 'abcdefgh12')");
+    run("CREATE TABLE notes (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('notes', url => 'https://www.example.com/n/{slug}')");
+    run("SET LOCAL indexnow.debounce = 0");
+    // (two change sets of this transaction, of two tables: derived one at a time)
+    run("INSERT INTO pages (slug, status) VALUES ('held', 'published')");
+    run("INSERT INTO notes VALUES (1, 'n1')");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 2);
+    let due_now = || count("SELECT due_now FROM indexnow_status() WHERE host = 'www.example.com'");
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"),
+        1,
+        "the first change set is derived"
+    );
+    assert_eq!(due_now(), 0, "held while the transaction's other change set waits");
+    assert!(
+        text(
+            "SELECT says FROM indexnow_explain('https://www.example.com/th/held') \
+              WHERE topic = 'due'"
+        )
+        .is_some_and(|says| says.contains("held")),
+        "explain says it is held"
+    );
+    assert_eq!(count("SELECT indexnow_derive()"), 1);
+    assert_eq!(due_now(), 2, "the last change set derived: all of it goes");
+    // (a request of a transaction that recorded nothing else is not held)
+    run("SELECT indexnow_queue('https://www.example.com/direct')");
+    assert_eq!(due_now(), 3);
+}

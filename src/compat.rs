@@ -79,3 +79,14 @@ pub unsafe fn set_trigger_firing(
         pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE,
     );
 }
+
+/// Installs `handler` for signal `signo` in a backend (`pqsignal_be` from 18 on).
+///
+/// # Safety
+/// A signal handler of this process, as PostgreSQL's own are installed.
+pub unsafe fn backend_signal(signo: u32, handler: unsafe extern "C-unwind" fn(i32)) {
+    #[cfg(not(feature = "pg18"))]
+    pg_sys::pqsignal(signo as i32, Some(handler));
+    #[cfg(feature = "pg18")]
+    pg_sys::pqsignal_be(signo as i32, Some(handler));
+}

@@ -263,8 +263,9 @@ fn queue_row(ext: &str, hash: &[u8], facts: &mut Vec<Fact>) -> Option<i32> {
                 u.watch_id, {DUE_SQL}, ({DUE_AT_SQL})::pg_catalog.text, \
                 {DUE_AT_SQL} = {QUIET_AT_SQL}, {DUE_AT_SQL} = u.available_at, \
                 {DUE_AT_SQL} = {GAP_AT_SQL}, ({NEWS_SQL}), {undecided}, \
-                u.tried_at::pg_catalog.text, $5 \
-           FROM {ext}.indexnow_urls u WHERE u.url_hash = $7"
+                u.tried_at::pg_catalog.text, $5, {held}, u.held_by::pg_catalog.text \
+           FROM {ext}.indexnow_urls u WHERE u.url_hash = $7",
+        held = crate::send::sql::HELD,
     );
     let row = Spi::connect(|client| {
         let mut args = crate::status::reader_args(crate::send::now());
@@ -294,6 +295,12 @@ fn queue_row(ext: &str, hash: &[u8], facts: &mut Vec<Fact>) -> Option<i32> {
             news: r.get(17)?.unwrap_or_default(),
             undecided: r.get(18)?.unwrap_or_default(),
             tried_at: r.get(19)?,
+            held_by: r
+                .get::<bool>(21)?
+                .unwrap_or_default()
+                .then(|| r.get::<String>(22))
+                .transpose()?
+                .flatten(),
         }))
     })
     .unwrap_or_else(|e| error!("indexnow_explain: reading the queue: {e}"));
@@ -359,6 +366,8 @@ struct QueueRow {
     news: bool,
     undecided: bool,
     tried_at: Option<String>,
+    /// The transaction it is held for (`crate::send::sql::HELD`), while it is.
+    held_by: Option<String>,
 }
 
 /// When a pending URL is due, by the due rule, and what a sender would do with it now.
@@ -397,6 +406,12 @@ fn due_fact(u: &QueueRow) -> String {
         return format!(
             "due, and a sender holds it until {until} (a request in flight{tried}): it is \
              settled by the answer, or due again when the lease ends"
+        );
+    }
+    if let Some(xact) = &u.held_by {
+        return format!(
+            "due, but held: the transaction whose change it is ({xact}) has change sets not \
+             derived yet, and one transaction is one announcement: it goes once they are"
         );
     }
     if !u.undecided {

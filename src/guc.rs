@@ -34,6 +34,10 @@ pub static WORKERS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(1);
 pub static DERIVE_AT_WRITE: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static MAX_IN_FLIGHT: GucSetting<i32> = GucSetting::<i32>::new(32);
 pub static TRACK_COLUMNS: GucSetting<bool> = GucSetting::<bool>::new(false);
+pub static DERIVING_FOR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// The name of [`DERIVING_FOR`], which the derivation's statements read.
+pub const DERIVING_FOR_NAME: &str = "indexnow.deriving_for";
 
 /// The most `indexnow.max_in_flight` allows: each request in flight is a thread and a connection.
 pub const MAX_MAX_IN_FLIGHT: i32 = 256;
@@ -224,6 +228,17 @@ pub fn register() {
         MAX_WORKERS_PER_DATABASE,
         GucContext::Sighup,
         none,
+    );
+    // Not a setting for people: what a derivation of change sets tells its own statements, the
+    // transaction that recorded them (`crate::derive`), so that the requests it queues are held
+    // until that transaction's other change sets are derived too. Set around a derivation only.
+    GucRegistry::define_string_guc(
+        c"indexnow.deriving_for",
+        c"Internal: the transaction whose change sets are being derived.",
+        c"",
+        &DERIVING_FOR,
+        GucContext::Userset,
+        GucFlags::NO_SHOW_ALL | GucFlags::NO_RESET_ALL | GucFlags::DISALLOW_IN_FILE,
     );
     // Any other `indexnow.` name is a typo, refused with a WARNING rather than kept as a
     // placeholder: `-c indexnow.server_enable=off` at a copy's first start must not pass in

@@ -9,8 +9,50 @@
 //! any database wait for; a cancel; `pg_log_backend_memory_contexts()`), also while a request is
 //! under way in another thread.
 
+use pgrx::pg_guard;
 use pgrx::pg_sys;
 use std::time::Duration;
+
+static DERIVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes SIGTERM (a shutdown, `pg_terminate_backend()`, `DROP DATABASE ... WITH (FORCE)`, a
+/// command that needs the database to itself) tell this worker to stop, as pgrx's handler does,
+/// and also cancel the statement it runs while it derives ([`deriving`]): a derivation can take
+/// seconds, and PostgreSQL gives a database's other processes 5 s to leave before a `DROP
+/// DATABASE` fails. What the derivation did is rolled back, and its change sets stay.
+pub fn stop_at_once_when_told() {
+    // SAFETY: installed once at the worker's start, as PostgreSQL installs its handlers.
+    unsafe { crate::compat::backend_signal(pg_sys::SIGTERM, on_sigterm) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_sigterm(_signal: i32) {
+    // SAFETY: sig_atomic_t flags and this process's latch, as PostgreSQL's handlers set them.
+    unsafe {
+        (&raw mut pg_sys::ShutdownRequestPending).write_volatile(1);
+        if DERIVING.load(std::sync::atomic::Ordering::Relaxed) {
+            (&raw mut pg_sys::QueryCancelPending).write_volatile(1);
+            (&raw mut pg_sys::InterruptPending).write_volatile(1);
+        }
+        pg_sys::SetLatch(pg_sys::MyLatch);
+    }
+}
+
+/// Runs `f`, a derivation, so that a SIGTERM meanwhile cancels it ([`stop_at_once_when_told`]).
+pub fn deriving<R>(f: impl FnOnce() -> R) -> R {
+    DERIVING.store(true, std::sync::atomic::Ordering::Relaxed);
+    if told_to_stop() {
+        DERIVING.store(false, std::sync::atomic::Ordering::Relaxed);
+        pgrx::error!("indexnow: the worker was told to stop");
+    }
+    let f = std::panic::AssertUnwindSafe(f);
+    pgrx::PgTryBuilder::new(move || {
+        let f = f;
+        (f.0)()
+    })
+    .finally(|| DERIVING.store(false, std::sync::atomic::Ordering::Relaxed))
+    .execute()
+}
 
 /// Whether this worker was told to stop (SIGTERM: a shutdown, `pg_terminate_backend()`, or a
 /// command that needs the database to itself). Stays true once set: pgrx's own

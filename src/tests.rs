@@ -370,9 +370,21 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
         .unwrap();
         serde_json::to_string(&explain.0).unwrap()
     };
+    // (a scan of the queue; the hold's look at the change sets may scan that small table)
+    let scans_the_queue = |plan: &str| {
+        fn walk(node: &serde_json::Value) -> bool {
+            let seq = node["Node Type"] == "Seq Scan" && node["Relation Name"] == "indexnow_urls";
+            seq || node["Plans"]
+                .as_array()
+                .is_some_and(|plans| plans.iter().any(walk))
+                || node.as_array().is_some_and(|a| a.iter().any(walk))
+                || node["Plan"].is_object() && walk(&node["Plan"])
+        }
+        walk(&serde_json::from_str::<serde_json::Value>(plan).unwrap())
+    };
     let all_pushed = plan();
     assert!(all_pushed.contains("indexnow_urls_pending"), "{all_pushed}");
-    assert!(!all_pushed.contains("Seq Scan"), "{all_pushed}");
+    assert!(!scans_the_queue(&all_pushed), "{all_pushed}");
 
     // All requested again a moment ago: pending, but inside the debounce.
     Spi::run("UPDATE indexnow_urls SET request_seq = 2, changed_at = now(), queued_at = now()").unwrap();
@@ -393,7 +405,7 @@ fn the_due_query_uses_the_index_when_nothing_is_due() {
     );
     let all_quiet_pending = plan();
     assert!(all_quiet_pending.contains("indexnow_urls_pending"), "{all_quiet_pending}");
-    assert!(!all_quiet_pending.contains("Seq Scan"), "{all_quiet_pending}");
+    assert!(!scans_the_queue(&all_quiet_pending), "{all_quiet_pending}");
 }
 
 #[pg_test]

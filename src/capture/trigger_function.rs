@@ -160,8 +160,15 @@ fn with_transition_tables<R>(
 /// save then costs its change set's insert), and every event at REPEATABLE READ or SERIALIZABLE
 /// (whose snapshot would make the queue upsert fail against a sender's updates), is recorded as
 /// change sets and derived after the commit by a worker its commit wakes.
+///
+/// Not between a server's restart onto a new library and `ALTER EXTENSION indexnow UPDATE`: the
+/// new library's statements may name columns the old tables lack; recording works with both.
 fn derive_at_write() -> i64 {
-    i64::from(crate::guc::DERIVE_AT_WRITE.get())
+    let rows = i64::from(crate::guc::DERIVE_AT_WRITE.get());
+    if rows > 0 && crate::extension::version_mismatch().is_some() {
+        return 0;
+    }
+    rows
 }
 
 /// The written rows, as rows of one watched table (`capture`): derived at once when the event

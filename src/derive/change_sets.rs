@@ -386,32 +386,52 @@ pub fn remove(ext: &str, ids: &[i64]) {
     .unwrap_or_else(|e| error!("indexnow: removing a derived change set: {e}"));
 }
 
-/// Splits the change sets `ids` (held by this transaction) into two of half the keys each, of
-/// the same table and watches, as old as the oldest of them: a worker's derivation of them took
-/// longer than it may (a slow watch expression), and each half is tried on its own. `false` when
-/// there is nothing to split (one key, or the whole table).
-pub fn split(ext: &str, ids: &[i64]) -> bool {
-    let sql = format!(
-        "WITH gone AS ( \
-             DELETE FROM {ext}.indexnow_changes \
-              WHERE id = ANY ($1) \
-                AND (SELECT sum(pg_catalog.jsonb_array_length(c.keys)) \
-                       FROM {ext}.indexnow_changes c WHERE c.id = ANY ($1)) > 1 \
-             RETURNING tbl, watches, keys, recorded_at), \
-         keyed AS ( \
-             SELECT g.tbl, g.watches, g.recorded_at, k.key, \
-                    row_number() OVER (ORDER BY g.recorded_at, k.n) AS n, \
-                    count(*) OVER () AS total \
-               FROM gone g, pg_catalog.jsonb_array_elements(g.keys) WITH ORDINALITY k (key, n)) \
-         INSERT INTO {ext}.indexnow_changes (tbl, watches, keys, recorded_at) \
-         SELECT tbl, watches, pg_catalog.jsonb_agg(key ORDER BY n), min(recorded_at) \
-           FROM keyed GROUP BY tbl, watches, n * 2 > total \
-         RETURNING id"
-    );
+/// The transaction that recorded the change sets `ids` (held by this transaction), for what
+/// their derivation queues to be held by (`crate::queue::HELD_BY_SQL`): of the transactions that
+/// recorded them, one that has other change sets still waiting, else the first. (Change sets of
+/// several transactions are derived together only when small: a request of one that is complete
+/// may wait for another's, never the reverse.)
+pub fn recorded_by(ext: &str, ids: &[i64]) -> String {
+    plan_cache::get_one::<String>(
+        &format!(
+            "SELECT coalesce( \
+               (SELECT c.xact::pg_catalog.text FROM {ext}.indexnow_changes c \
+                 WHERE c.xact IN (SELECT t.xact FROM {ext}.indexnow_changes t WHERE t.id = ANY ($1)) \
+                   AND c.id <> ALL ($1) LIMIT 1), \
+               (SELECT t.xact::pg_catalog.text FROM {ext}.indexnow_changes t \
+                 WHERE t.id = ANY ($1) ORDER BY t.id LIMIT 1))"
+        ),
+        &[ids.to_vec().into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: reading which transaction recorded a change set: {e}"))
+    .unwrap_or_default()
+}
+
+/// Removes the first `derived` keys of the change set `id` (held by this transaction), derived in
+/// it: a worker derives a long change set in slices (`super::derive_taken`), and what each slice
+/// derived stays derived while the rest keeps the change set's place, its transaction and its
+/// age. The change set goes when no key is left.
+pub fn remove_first_keys(ext: &str, id: i64, derived: usize) {
+    let derived = i64::try_from(derived).expect("a change set's size");
     Spi::connect_mut(|client| {
-        plan_cache::write(client, &sql, &[ids.to_vec().into()]).map(|made| !made.is_empty())
+        plan_cache::write(
+            client,
+            &format!(
+                "WITH rest AS ( \
+                   UPDATE {ext}.indexnow_changes c \
+                      SET keys = (SELECT pg_catalog.jsonb_agg(k.key ORDER BY k.n) \
+                                    FROM pg_catalog.jsonb_array_elements(c.keys) \
+                                         WITH ORDINALITY k (key, n) WHERE k.n > $2) \
+                    WHERE c.id = $1 AND pg_catalog.jsonb_array_length(c.keys) > $2 \
+                   RETURNING c.id) \
+                 DELETE FROM {ext}.indexnow_changes c \
+                  WHERE c.id = $1 AND NOT EXISTS (SELECT FROM rest)"
+            ),
+            &[id.into(), derived.into()],
+        )
+        .map(|_| ())
     })
-    .unwrap_or_else(|e| error!("indexnow: splitting a change set: {e}"))
+    .unwrap_or_else(|e| error!("indexnow: removing what a slice of a change set derived: {e}"));
 }
 
 #[cfg(test)]

@@ -602,18 +602,35 @@ fn derive_taken(
     if most == 0 || !change_sets::waiting(ext) || !may_derive_here() {
         return Ok(0);
     }
-    let Some(taken) = change_sets::take(ext, waiting, most, passed_over) else {
+    // A worker derives a table's changed rows in slices no larger than it last found to fit in
+    // `at_most` ([`SLICES`]): no change sets merged then.
+    let most = match at_most {
+        Some(_) if slice_of_some_table_is_cut() => 1,
+        _ => most,
+    };
+    let Some(mut taken) = change_sets::take(ext, waiting, most, passed_over) else {
         return Ok(0);
     };
+    let sliced = at_most.and_then(|_| cut_to_slice(&mut taken));
+    // What it queues is held for the transaction that recorded it (`crate::queue::HELD_BY_SQL`).
+    let mut settings = settings.to_vec();
+    settings.push((
+        crate::guc::DERIVING_FOR_NAME,
+        change_sets::recorded_by(ext, &taken.ids),
+    ));
+    let settings = &settings[..];
     // A worker's derivation of changed rows is given `at_most`: a slow watch expression must not
     // stop its sending (the change sets are taken, and locked, outside the time it is given).
     let wrote = match (at_most, &taken.keys) {
         (Some(at_most), Some(_)) => {
+            let started = std::time::Instant::now();
             match subtransaction::run_within(at_most, || derive_watches(ext, &taken, settings)) {
-                Ok(derived) => derived?,
-                Err(subtransaction::Ended::OutOfTime) => {
-                    return Err(out_of_time(ext, taken, at_most))
+                Ok(derived) => {
+                    let derived = derived?;
+                    slice_fitted(&taken, started.elapsed(), at_most);
+                    derived
                 }
+                Err(subtransaction::Ended::OutOfTime) => return Err(out_of_time(taken, at_most)),
                 Err(subtransaction::Ended::Failed(failure)) => {
                     error!(
                         "indexnow: deriving the recorded changes: {}",
@@ -632,11 +649,66 @@ fn derive_taken(
     if taken.keys.is_none() {
         vacate_inactive(ext, taken.table, Reason::Deleted);
     }
-    change_sets::remove(ext, &taken.ids);
+    match sliced {
+        Some(derived) => change_sets::remove_first_keys(ext, taken.ids[0], derived),
+        None => change_sets::remove(ext, &taken.ids),
+    }
     if wrote {
         crate::wake::worker_at_commit();
     }
     Ok(taken.ids.len())
+}
+
+thread_local! {
+    /// How many changed rows of each table a worker derives in one slice: every change set's
+    /// keys ([`change_sets::KEYS_AT_MOST`]) until a derivation of that table runs out of time,
+    /// then half as many at each time out, down to one row, and twice as many again after each
+    /// slice derived in under a quarter of its time. A slow watch expression (a user's function
+    /// of 50 ms a row) or a big change (a migration of a million rows) is derived a slice at a
+    /// time, the worker sending between slices, and what a slice derived stays derived (a change
+    /// set cut short and split in two was derived from the start again, every half still too
+    /// large: nothing was ever derived).
+    static SLICES: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, usize>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Whether some table is derived in slices smaller than a change set now.
+fn slice_of_some_table_is_cut() -> bool {
+    SLICES.with_borrow(|slices| !slices.is_empty())
+}
+
+/// Keeps the first keys of `taken` (one change set) that its table's slice allows, when it has
+/// more; how many it kept, when it cut.
+fn cut_to_slice(taken: &mut change_sets::Taken) -> Option<usize> {
+    let slice = SLICES.with_borrow(|slices| slices.get(&taken.table).copied())?;
+    let Some(Value::Array(keys)) = &mut taken.keys else {
+        return None;
+    };
+    if taken.ids.len() != 1 || keys.len() <= slice {
+        return None;
+    }
+    keys.truncate(slice);
+    Some(slice)
+}
+
+/// A slice of `taken`'s table was derived in `took` of the `at_most` it had: one well within its
+/// time lets the next be twice as large.
+fn slice_fitted(
+    taken: &change_sets::Taken,
+    took: std::time::Duration,
+    at_most: std::time::Duration,
+) {
+    if took * 4 > at_most {
+        return;
+    }
+    SLICES.with_borrow_mut(|slices| {
+        if let Some(slice) = slices.get_mut(&taken.table) {
+            *slice = slice.saturating_mul(2);
+            if *slice >= change_sets::KEYS_AT_MOST {
+                slices.remove(&taken.table);
+            }
+        }
+    });
 }
 
 /// Derives the change sets `taken` for each of their watches; whether it wrote to the queue, and
@@ -709,11 +781,11 @@ fn derive_watches(
     Ok((wrote, queued))
 }
 
-/// A worker's derivation of `taken` took longer than `at_most` and was rolled back: the change
-/// sets are split in two, each tried on its own (by this pass, after the others, or the next);
-/// one changed row that alone takes that long is left for the next pass, and passed over by this
-/// one. Either way the worker goes on to send.
-fn out_of_time(ext: &str, taken: change_sets::Taken, at_most: std::time::Duration) -> Stuck {
+/// A worker's derivation of `taken` took longer than `at_most` and was rolled back: its table is
+/// derived in slices of half as many rows from now on ([`SLICES`]), the first tried by the next
+/// pass; a row that alone takes that long is passed over by this pass and tried by the next.
+/// Either way the worker goes on to send.
+fn out_of_time(taken: change_sets::Taken, at_most: std::time::Duration) -> Stuck {
     let table = plan_cache::get_one::<String>(
         "SELECT $1::pg_catalog.regclass::pg_catalog.text",
         &[taken.table.into()],
@@ -725,11 +797,12 @@ fn out_of_time(ext: &str, taken: change_sets::Taken, at_most: std::time::Duratio
         Some(Value::Array(keys)) => keys.len(),
         _ => 0,
     };
-    let split = change_sets::split(ext, &taken.ids);
-    let then = if split {
-        "split in two, each derived on its own"
+    let half = rows / 2;
+    let then = if half > 0 {
+        SLICES.with_borrow_mut(|slices| slices.insert(taken.table, half));
+        format!("derived from now on in slices of {half} rows")
     } else {
-        "left for the next pass"
+        "left for the next pass".to_string()
     };
     Stuck {
         message: format!(
@@ -738,7 +811,7 @@ fn out_of_time(ext: &str, taken: change_sets::Taken, at_most: std::time::Duratio
             at_most.as_secs_f64()
         ),
         table,
-        ids: if split { vec![] } else { taken.ids },
+        ids: if half > 0 { vec![] } else { taken.ids },
         broken: false,
         slow: true,
     }
@@ -748,7 +821,7 @@ fn out_of_time(ext: &str, taken: change_sets::Taken, at_most: std::time::Duratio
 /// before it leaves the change set for its next pass and goes on to send what is due: a
 /// transaction left open, or prepared and never committed, must not stop a database's sending.
 /// (Longer than a reader's: a worker is in no one's way, and a reconcile holds rows for longer.)
-const WORKER_WAITS_AT_MOST: &str = "5s";
+const WORKER_WAITS_AT_MOST: &str = "2s";
 
 /// Change sets left for a later try: their derivation waited too long for another transaction,
 /// or (`broken`) their watch cannot derive now (a WARNING said why). Their table, why, and ids.
@@ -765,20 +838,17 @@ pub struct Stuck {
 /// pass, as a worker does, one a transaction, in at most `at_most` when they are changed rows
 /// (a whole table's derivation is not cut short): how many it derived, or the change sets that
 /// waited too long for another transaction's lock or took too long (they stay, for the next
-/// pass, or are split: [`out_of_time`]).
-///
-/// `merge`: whether small change sets after it are taken with it (not while change sets split
-/// for taking too long wait: merged again, they would take as long).
+/// pass, which derives a smaller slice of them: [`out_of_time`], [`SLICES`]). Small change sets
+/// after it are taken with it, unless some table is derived in slices.
 pub fn derive_one_change_set_for_worker(
     ext: &str,
     passed_over: &[i64],
     at_most: std::time::Duration,
-    merge: bool,
 ) -> Result<usize, Stuck> {
     derive_taken(
         ext,
         Waiting::Skip,
-        if merge { MERGED_AT_MOST } else { 1 },
+        MERGED_AT_MOST,
         &[("lock_timeout", WORKER_WAITS_AT_MOST.to_string())],
         passed_over,
         Some(at_most),

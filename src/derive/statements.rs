@@ -50,7 +50,8 @@
 
 use super::template::Part;
 use crate::queue::{
-    known_live, removal_list, removal_unsent_of_live, told_of_since, Reason, ON_CONFLICT_SQL,
+    known_live, removal_list, removal_unsent_of_live, told_of_since, Reason, HELD_BY_SQL,
+    ON_CONFLICT_SQL,
 };
 use crate::quote::{quote_ident, quote_literal};
 
@@ -173,8 +174,10 @@ pub fn edited_in_place(ext: &str) -> String {
                      c.pub_at AS new_pub_at), \
          q AS ( \
            INSERT INTO {ext}.indexnow_urls AS u \
-             (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
-           SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2 \
+             (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
+              held_by) \
+           SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2, \
+                  {HELD_BY_SQL} \
              FROM (SELECT ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, \
                           {live_request} \
                      FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash) e \
@@ -574,8 +577,10 @@ impl WatchDefinition {
                 ORDER BY pr.old_hash, announced DESC), \
              q AS ( \
                INSERT INTO {ext}.indexnow_urls AS u \
-                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id) \
-               SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, {id} \
+                 (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, \
+                  held_by) \
+               SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, {id}, \
+                      {HELD_BY_SQL} \
                  FROM (SELECT url, url_hash, host, reason, available_at FROM live \
                        UNION ALL \
                        SELECT url, url_hash, host, reason, now() FROM gone WHERE announced) e \

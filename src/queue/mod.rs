@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The conflict rule every writer of `indexnow_urls` shares (this function and the capture
 /// triggers), appended to an `INSERT INTO indexnow_urls AS u (...) ... ` that supplies `url`,
 /// `url_hash`, `host`, `reason`, `changed_at`, `queued_at` and `available_at` (and, from a watch,
-/// `watch_id`).
+/// `watch_id` and [`HELD_BY_SQL`] as `held_by`). A request not derived from a transaction's
+/// change (`indexnow_queue()`) is held by none; a `refresh` leaves a pending request's hold.
 pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
                      THEN u.reason ELSE excluded.reason END, \
@@ -37,7 +38,18 @@ pub const ON_CONFLICT_SQL: &str = "ON CONFLICT (url_hash) DO UPDATE SET \
        available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
                            THEN u.available_at ELSE excluded.available_at END, \
        request_seq = u.request_seq + 1, \
-       watch_id = coalesce(excluded.watch_id, u.watch_id)";
+       watch_id = coalesce(excluded.watch_id, u.watch_id), \
+       held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq \
+                      THEN u.held_by ELSE excluded.held_by END";
+
+/// The transaction whose change a derivation queues (`indexnow_urls.held_by`): the one that
+/// recorded the change sets being derived (`indexnow.deriving_for`, set around a derivation of
+/// change sets: `crate::derive`), else the deriving transaction itself (a save derived in its
+/// own statement, `indexnow.derive_at_write`). The senders hold the request while that
+/// transaction has change sets waiting (`crate::send::sql::claimable`): one transaction is one
+/// announcement, however long its derivation takes.
+pub const HELD_BY_SQL: &str = "COALESCE(NULLIF(pg_catalog.current_setting(\
+       'indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())";
 
 /// The top-level transaction that last queued a request of its own (a content write captured, or
 /// `indexnow_queue()`), so that `indexnow_push_now()` in that transaction leaves its rows for

@@ -247,29 +247,29 @@ pub fn derive_change_sets(session: Session) -> bool {
             // list, so the next one does not spend its time on them again first).
             let mut passed_over = PASSED_OVER.take();
             let naptime = Duration::from_millis(guc::NAPTIME_MS.get() as u64);
-            let until = Instant::now() + naptime;
-            let at_most = naptime.max(DERIVATION_AT_LEAST);
+            let until = Instant::now() + naptime.min(DERIVING_PER_PASS);
             while !session.told_to_stop() {
                 if Instant::now() >= until {
                     PASSED_OVER.set(passed_over);
                     return true;
                 }
-                let merge = !SPLIT_WAITING.get();
                 match session.step(|| {
-                    derive::derive_one_change_set_for_worker(&ext(), &passed_over, at_most, merge)
+                    crate::process::deriving(|| {
+                        derive::derive_one_change_set_for_worker(
+                            &ext(),
+                            &passed_over,
+                            DERIVATION_AT_MOST,
+                        )
+                    })
                 }) {
-                    Ok(0) => {
-                        SPLIT_WAITING.set(false);
-                        break;
-                    }
+                    Ok(0) => break,
                     Ok(_) => {}
                     // (its watch cannot derive now: the WARNING said so, once)
                     Err(stuck) if stuck.broken => passed_over.extend(stuck.ids),
                     Err(stuck) if stuck.slow => {
                         warning!("indexnow: {}", stuck.message);
-                        SPLIT_WAITING.set(true);
                         passed_over.extend(stuck.ids);
-                        // (what was split is tried again by the next pass: this one sends)
+                        // (the next pass derives a smaller slice: this one sends)
                         PASSED_OVER.set(passed_over);
                         return true;
                     }
@@ -289,19 +289,22 @@ pub fn derive_change_sets(session: Session) -> bool {
     }
 }
 
-/// The least time a worker gives one derivation of changed rows (`indexnow.naptime` and this when
-/// longer): a derivation that takes longer is cut short and split
-/// (`derive::derive_one_change_set_for_worker`), so a slow or blocking watch expression delays
-/// the database's sending by about this much at most, a pass. Longer than the derivation's own
-/// lock wait (`derive::WORKER_WAITS_AT_MOST`, 5 s), so that a row another transaction holds is
-/// left as such and not taken for a slow expression; and several times what the largest change
-/// set a derivation takes (10,000 keys) costs at the speeds docs/benchmarks.md gives.
-const DERIVATION_AT_LEAST: Duration = Duration::from_secs(10);
+/// How long a worker derives before it sends what is due (and `indexnow.naptime` when shorter):
+/// a pass derives change sets one after another for this long, then sends, then the next pass
+/// derives on. With [`DERIVATION_AT_MOST`], it bounds how long deriving, however much there is
+/// (an import of 200,000 rows, a watch expression of 50 ms a row), holds another host's due page
+/// back: about 1 + 3 seconds, a lock wait of the derivation's (2 s) included.
+const DERIVING_PER_PASS: Duration = Duration::from_secs(1);
+
+/// The most a worker gives one derivation of changed rows: one that takes longer is cut short
+/// (rolled back), and its table is derived in slices of half as many rows from then on
+/// (`derive::derive_one_change_set_for_worker`). Longer than the derivation's own lock wait
+/// (`derive::WORKER_WAITS_AT_MOST`, 2 s), so that a row another transaction holds is left as such
+/// and not taken for a slow expression; and longer than the largest change set a derivation
+/// takes (10,000 keys) costs at the speeds docs/benchmarks.md gives (0.4 to 2 s).
+const DERIVATION_AT_MOST: Duration = Duration::from_secs(3);
 
 thread_local! {
-    /// Whether change sets split for taking too long wait: until none is left, a worker derives
-    /// change sets one at a time (see `derive::derive_one_change_set_for_worker`).
-    static SPLIT_WAITING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The change sets a worker's pass cut short had passed over, for the next pass.
     static PASSED_OVER: std::cell::Cell<Vec<i64>> = const { std::cell::Cell::new(Vec::new()) };
     /// The host of the last batch a worker's pass claimed: its next pass goes on after it. A pass

@@ -29,8 +29,8 @@ pub fn undecided(n: u8) -> String {
     format!("(NOT ${n} OR dry_run_seq IS DISTINCT FROM request_seq)")
 }
 
-/// A row a sender may take now, besides being due: no other sender holds a live lease on it, and
-/// it is undecided.
+/// A row a sender may take now, besides being due: no other sender holds a live lease on it, it
+/// is undecided, and it is not [`HELD`].
 fn claimable() -> String {
     claimable_with_dry_run_in(5)
 }
@@ -39,10 +39,26 @@ fn claimable() -> String {
 /// `indexnow_status()` counts as `due_now`.
 pub fn claimable_with_dry_run_in(n: u8) -> String {
     format!(
-        "(claimed_until IS NULL OR claimed_until <= $1) AND {}",
+        "(claimed_until IS NULL OR claimed_until <= $1) AND {} AND NOT {HELD}",
         undecided(n)
     )
 }
+
+/// A request derived from a transaction's change (`held_by`, `crate::queue::HELD_BY_SQL`) while
+/// change sets that transaction recorded still wait to be derived: one transaction is one
+/// announcement. An import of products and their prices in one transaction is several change
+/// sets, derived one after another for as long as it takes; without the hold, a page derived
+/// from the first was sent, and sent again when the next changed it. It cannot race: a
+/// derivation removes its change sets in the transaction that queues what they gave, and every
+/// change set of a transaction is there from its commit on, so a claim sees either the change
+/// set or what it queued, never neither. A request held by a transaction whose change sets are
+/// all derived (or that recorded none) is not held. (`OFFSET 0`: one probe of the change sets'
+/// index per candidate row, never a hash of every change set, which a backlog of millions of
+/// recorded saves would make for each claim.)
+pub const HELD: &str =
+    "(held_by IS NOT NULL AND EXISTS (SELECT FROM @extschema@.indexnow_changes c \
+                                                      WHERE c.xact OPERATOR(pg_catalog.=) held_by \
+                                                      OFFSET 0))";
 
 /// The hosts a pass sends for, with their key: enabled, at home in this database, not paused
 /// (neither all sending nor this host), and with something due. URLs of hosts not listed here
@@ -207,12 +223,14 @@ pub fn settle(settle: Settle, locate: Locate) -> String {
                                     ELSE u.request_seq END, \
                  changed_at = CASE WHEN {cancelled_removal} THEN clock_timestamp() \
                                    ELSE u.changed_at END, \
-                 failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL"
+                 failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL, \
+                 held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END"
             )
         }
         Settle::Refused => "failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, \
              settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, \
-             claimed_until = NULL"
+             claimed_until = NULL, \
+             held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END"
             .into(),
         Settle::DryRun => "dry_run_seq = c.request_seq, claimed_until = NULL".into(),
         Settle::Release => {

@@ -399,6 +399,7 @@ fn databases() -> Vec<(u32, String)> {
 pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
     let (db, sender) = from_worker_argument(arg);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    crate::process::stop_at_once_when_told();
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db)), None);
     if !registry::enter(db, sender) {
         return; // another process is this worker already

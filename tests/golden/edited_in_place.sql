@@ -11,13 +11,13 @@ UPDATE "public".indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at
 FROM c
 WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) AND NOT s.withdrawn AND s.wake_at IS NOT DISTINCT FROM c.exp_at AND NOT coalesce(c.pub_at > now(), false)
 RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.pub_at AS new_pub_at), q AS (
-INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id)
-SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2
+INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
+SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())
 FROM (SELECT ch.new_url AS url, ch.new_hash AS url_hash, ch.new_host AS host, CASE WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN 'changed' ELSE 'created' END AS reason, greatest(ch.new_pub_at, now()) AS available_at
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash) e
 ON CONFLICT (url_hash)
-DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id)
+DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id), held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.held_by ELSE excluded.held_by END
 RETURNING u.reason)
 SELECT (SELECT count(*)
 FROM q

@@ -64,8 +64,8 @@ FROM "public".indexnow_sources s
 WHERE s.url_hash = pr.old_hash AND (s.watch_id <> 2 OR s.row_key NOT IN (SELECT row_key
 FROM pr)))
 ORDER BY pr.old_hash, announced DESC), q AS (
-INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id)
-SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 2
+INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
+SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 2, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())
 FROM (SELECT url, url_hash, host, reason, available_at
 FROM live
 UNION ALL
@@ -73,7 +73,7 @@ SELECT url, url_hash, host, reason, now()
 FROM gone
 WHERE announced) e
 ON CONFLICT (url_hash)
-DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id)
+DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id), held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.held_by ELSE excluded.held_by END
 RETURNING u.reason), cancelled AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reason
 FROM gone g
@@ -153,8 +153,8 @@ FROM "public".indexnow_sources s
 WHERE s.url_hash = pr.old_hash AND (s.watch_id <> 2 OR s.row_key NOT IN (SELECT row_key
 FROM pr)))
 ORDER BY pr.old_hash, announced DESC), q AS (
-INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id)
-SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 2
+INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
+SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 2, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())
 FROM (SELECT url, url_hash, host, reason, available_at
 FROM live
 UNION ALL
@@ -162,7 +162,7 @@ SELECT url, url_hash, host, reason, now()
 FROM gone
 WHERE announced) e
 ON CONFLICT (url_hash)
-DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id)
+DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id), held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.held_by ELSE excluded.held_by END
 RETURNING u.reason), cancelled AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reason
 FROM gone g

@@ -7,13 +7,17 @@ WHERE ctid = ANY (ARRAY(SELECT *
 FROM (SELECT *
 FROM (SELECT ctid
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 FOR UPDATE SKIP LOCKED) b
 UNION ALL
 SELECT *
 FROM (SELECT ctid
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 FOR UPDATE SKIP LOCKED) b) d LIMIT $7))
 RETURNING url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled;
 
@@ -22,13 +26,17 @@ SELECT *
 FROM (SELECT *
 FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 ) b
 UNION ALL
 SELECT *
 FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND NOT @extschema@._indexnow_written_by_this_transaction(xmin::text::bigint) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 ) b) d LIMIT $7;
 
 -- claim_by_reading
@@ -36,13 +44,17 @@ SELECT *
 FROM (SELECT *
 FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 ) b
 UNION ALL
 SELECT *
 FROM (SELECT url_hash, url, reason, changed_at, request_seq, ctid::text AS ctid, available_at > queued_at AS scheduled
 FROM @extschema@.indexnow_urls
-WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
+WHERE host = $6 AND (request_seq > settled_seq AND changed_at <= $1 - make_interval(secs => $2) AND available_at <= $1 AND (last_pushed_at IS NULL OR last_pushed_at <= $1 - make_interval(secs => CASE WHEN changed_at IS DISTINCT FROM pushed_changed_at THEN $3 ELSE $4 END))) AND (claimed_until IS NULL OR claimed_until <= $1) AND (NOT $5 OR dry_run_seq IS DISTINCT FROM request_seq) AND NOT (held_by IS NOT NULL AND EXISTS (SELECT
+FROM @extschema@.indexnow_changes c
+WHERE c.xact OPERATOR(pg_catalog.=) held_by OFFSET 0)) AND NOT (changed_at IS DISTINCT FROM pushed_changed_at)
 ORDER BY changed_at LIMIT $7 ) b) d LIMIT $7;
 
 -- lease_again
@@ -56,27 +68,27 @@ JOIN @extschema@.indexnow_urls u ON u.url_hash = c.url_hash
 WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq AND u.available_at <= clock_timestamp();
 
 -- settle accepted by tid
-UPDATE @extschema@.indexnow_urls u SET last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, request_seq = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN u.request_seq + 1 ELSE u.request_seq END, changed_at = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN clock_timestamp() ELSE u.changed_at END, failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL
+UPDATE @extschema@.indexnow_urls u SET last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, request_seq = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN u.request_seq + 1 ELSE u.request_seq END, changed_at = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN clock_timestamp() ELSE u.changed_at END, failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL, held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END
 FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) AS c(url_hash, changed_at, request_seq, reason)
 WHERE u.ctid = ANY (ARRAY(SELECT t::tid
 FROM unnest($5::text[]) t)) AND u.url_hash = c.url_hash
 RETURNING u.url_hash;
 
 -- settle accepted by key
-UPDATE @extschema@.indexnow_urls u SET last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, request_seq = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN u.request_seq + 1 ELSE u.request_seq END, changed_at = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN clock_timestamp() ELSE u.changed_at END, failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL
+UPDATE @extschema@.indexnow_urls u SET last_pushed_at = clock_timestamp(), pushed_changed_at = c.changed_at, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, request_seq = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN u.request_seq + 1 ELSE u.request_seq END, changed_at = CASE WHEN u.request_seq = c.request_seq AND u.settled_seq >= c.request_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND c.reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') THEN clock_timestamp() ELSE u.changed_at END, failed_at = NULL, failed_status = NULL, failed_note = NULL, claimed_until = NULL, held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END
 FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) AS c(url_hash, changed_at, request_seq, reason)
 WHERE u.url_hash = ANY ($1) AND u.url_hash = c.url_hash
 RETURNING u.url_hash;
 
 -- settle refused by tid
-UPDATE @extschema@.indexnow_urls u SET failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, claimed_until = NULL
+UPDATE @extschema@.indexnow_urls u SET failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, claimed_until = NULL, held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END
 FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) AS c(url_hash, changed_at, request_seq, reason)
 WHERE u.ctid = ANY (ARRAY(SELECT t::tid
 FROM unnest($5::text[]) t)) AND u.url_hash = c.url_hash
 RETURNING u.url_hash;
 
 -- settle refused by key
-UPDATE @extschema@.indexnow_urls u SET failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, claimed_until = NULL
+UPDATE @extschema@.indexnow_urls u SET failed_at = clock_timestamp(), failed_status = $6, failed_note = $7, settled_seq = greatest(u.settled_seq, c.request_seq), settled_reason = c.reason, claimed_until = NULL, held_by = CASE WHEN u.request_seq = c.request_seq THEN NULL ELSE u.held_by END
 FROM unnest($1::bytea[], $2::timestamptz[], $3::bigint[], $4::text[]) AS c(url_hash, changed_at, request_seq, reason)
 WHERE u.url_hash = ANY ($1) AND u.url_hash = c.url_hash
 RETURNING u.url_hash;

@@ -2619,3 +2619,158 @@ fn a_database_read_only_for_sessions_keeps_its_worker_sending() {
         "the worker failed on the read-only default"
     );
 }
+
+/// One transaction is one announcement, however long its derivation takes: a shop imports its
+/// products, its two catalogues and the products' prices in one transaction (a product watch, a
+/// watch of each catalogue, whose rows cost 50 ms each to derive here, and a price watch whose
+/// `url_sql` gives the product's URL). The worker derives a change set or two a pass and sends
+/// between passes: a product page went out after the products' change set was derived, and
+/// again after the prices' changed it. Now the pages go once, after the whole import.
+#[test]
+fn a_transaction_is_announced_once_however_long_its_derivation_takes() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         CREATE FUNCTION slow_visible(i int) RETURNS boolean LANGUAGE plpgsql \
+           AS $$BEGIN PERFORM pg_sleep(0.05); RETURN true; END$$; \
+         CREATE TABLE products (id int PRIMARY KEY, slug text NOT NULL); \
+         CREATE TABLE prices (id int PRIMARY KEY, product_id int NOT NULL REFERENCES products, \
+                              amount int); \
+         CREATE TABLE books (id int PRIMARY KEY, slug text NOT NULL); \
+         CREATE TABLE films (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('products', url => 'https://{HOST}/p/{{slug}}'); \
+         SELECT indexnow_watch('books', url => 'https://{HOST}/b/{{slug}}', \
+                               visible => 'slow_visible(id)'); \
+         SELECT indexnow_watch('films', url => 'https://{HOST}/f/{{slug}}', \
+                               visible => 'slow_visible(id)'); \
+         SELECT indexnow_watch('prices', url_sql => $$(SELECT 'https://{HOST}/p/' || p.slug \
+                                 FROM products p WHERE p.id = product_id)$$, \
+                               related => '{{products}}');"
+    ))
+    .unwrap();
+    // (what watching recorded is derived first)
+    wait_until_settled(&mut db, "the watches are derived", Duration::from_secs(30));
+    db.batch_execute(
+        "BEGIN; \
+         INSERT INTO products SELECT g, 'p' || g FROM generate_series(1, 30) g; \
+         INSERT INTO books SELECT g, 'b' || g FROM generate_series(1, 20) g; \
+         INSERT INTO films SELECT g, 'f' || g FROM generate_series(1, 20) g; \
+         INSERT INTO prices SELECT g, g, 100 FROM generate_series(1, 30) g; \
+         COMMIT;",
+    )
+    .unwrap();
+    wait_until_settled(&mut db, "the import is sent", Duration::from_secs(60));
+    let sent = sent_urls(&receiver);
+    let mut expected: Vec<String> = (1..=30)
+        .map(|i| format!("https://{HOST}/p/p{i}"))
+        .chain((1..=20).map(|i| format!("https://{HOST}/b/b{i}")))
+        .chain((1..=20).map(|i| format!("https://{HOST}/f/f{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(sent, expected, "each page sent once");
+}
+
+/// A long derivation holds another host's page back a few seconds at most, and makes progress:
+/// 200 changed rows of a watch whose `visible` costs 50 ms a row (10 s of deriving) are derived a
+/// slice at a time, the worker sending between slices. (Before: a derivation was given 10 s, then
+/// cut and split in two, both halves derived from the start again: another host's page waited
+/// 10 s and more, and a change too slow for its halves was never derived.)
+#[test]
+fn a_long_derivation_holds_another_hosts_page_a_few_seconds_at_most() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_add_host('other.example.com', 'otherkey12'); \
+         CREATE TABLE slowness (ms int); \
+         CREATE FUNCTION slow_visible(i int) RETURNS boolean LANGUAGE plpgsql \
+           AS $$BEGIN PERFORM pg_sleep(coalesce((SELECT ms FROM slowness), 0) / 1000.0); \
+                      RETURN true; END$$; \
+         CREATE TABLE slow (id int PRIMARY KEY, slug text NOT NULL); \
+         INSERT INTO slow SELECT g, 's' || g FROM generate_series(1, 200) g; \
+         SELECT indexnow_watch('slow', url => 'https://{HOST}/s/{{slug}}', \
+                               visible => 'slow_visible(id)'); \
+         INSERT INTO slowness VALUES (50); \
+         UPDATE slow SET slug = slug || 'x';"
+    ))
+    .unwrap();
+    // (the worker is deriving the 200 rows now)
+    wait_until("the worker derives", Duration::from_secs(10), || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'indexnow: deriving%'",
+        ) > 0
+    });
+    let queued = Instant::now();
+    db.batch_execute("SELECT indexnow_queue('https://other.example.com/now')")
+        .unwrap();
+    let other = "https://other.example.com/now".to_string();
+    wait_until(
+        "the other host's page is sent",
+        Duration::from_secs(30),
+        || sent_urls(&receiver).contains(&other),
+    );
+    let waited = queued.elapsed();
+    assert!(
+        count(&mut db, "SELECT count(*) FROM indexnow_changes") > 0,
+        "the derivation was over before the other host's page went"
+    );
+    assert!(
+        waited < Duration::from_secs(7),
+        "another host's page waited {waited:?} for a derivation"
+    );
+    wait_until_settled(
+        &mut db,
+        "the slow change is derived and sent",
+        Duration::from_secs(120),
+    );
+    let sent = sent_urls(&receiver);
+    assert_eq!(
+        sent.len(),
+        401,
+        "200 moved, 200 created, the other host's page: {sent:?}"
+    );
+    assert!(sent.contains(&format!("https://{HOST}/s/s200x")));
+}
+
+/// A worker told to stop leaves at once, whatever it derives: `DROP DATABASE` (with and without
+/// `FORCE`) of a database whose worker derives a slow change (50 ms a row, 200 rows) goes ahead
+/// at once. (Before: the derivation went on for up to 10 s, and PostgreSQL gives the database's
+/// other processes 5 s before a DROP fails with "database is being accessed by other users".)
+#[test]
+fn a_worker_deriving_leaves_at_once_for_drop_database() {
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    for (db_name, ddl) in [
+        ("site", "DROP DATABASE site"),
+        ("forced", "DROP DATABASE forced WITH (FORCE)"),
+    ] {
+        let mut db = cluster.create_db_with_extension(db_name);
+        db.batch_execute(
+            "CREATE FUNCTION slow_visible(i int) RETURNS boolean LANGUAGE plpgsql \
+               AS $$BEGIN PERFORM pg_sleep(0.05); RETURN true; END$$; \
+             CREATE TABLE slow (id int PRIMARY KEY, slug text NOT NULL); \
+             SELECT indexnow_watch('slow', url => 'https://www.example.com/s/{slug}', \
+                                   visible => 'slow_visible(id)'); \
+             INSERT INTO slow SELECT g, 's' || g FROM generate_series(1, 200) g;",
+        )
+        .unwrap();
+        wait_until("the worker derives", Duration::from_secs(10), || {
+            count(
+                &mut db,
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'indexnow: deriving%'",
+            ) > 0
+        });
+        drop(db);
+        let started = Instant::now();
+        cluster
+            .connect("postgres")
+            .batch_execute(ddl)
+            .unwrap_or_else(|e| panic!("{ddl}: {e}\n{}", cluster.log()));
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "{ddl} waited {took:?}");
+    }
+}

@@ -15,7 +15,7 @@ use postgres::Client;
 use std::time::Duration;
 
 const SECONDS: fn(u64) -> Duration = Duration::from_secs;
-const CURRENT: &str = "0.6.0";
+const CURRENT: &str = "0.7.0";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
@@ -79,6 +79,11 @@ fn queue_and_history(db: &mut Client) -> (Vec<String>, Vec<String>) {
 #[test]
 fn an_upgrade_from_the_previous_release_keeps_everything_and_equals_a_fresh_install() {
     upgrade_from(PREVIOUS_RELEASE, 20);
+}
+
+#[test]
+fn an_upgrade_from_0_5_0_keeps_everything_and_equals_a_fresh_install() {
+    upgrade_from("0.5.0", 20);
 }
 
 #[test]
