@@ -3455,22 +3455,14 @@ fn a_restores_alter_table_makes_no_capture_trigger() {
     assert_eq!(capture_triggers(&["vases", "vases_a"]), 8);
     // (the watch without its triggers, as a restore loads it; then the dump's triggers of the
     // partition made, those of the table above not yet)
+    let events = crate::capture::triggers::EVENTS;
     for table in ["vases", "vases_a"] {
-        for event in ["insert", "update", "delete", "truncate"] {
-            run(&format!("DROP TRIGGER indexnow_capture_{event} ON {table}"));
+        for (name, _, _) in events {
+            run(&format!("DROP TRIGGER {name} ON {table}"));
         }
     }
     let dumped = |table: &str| {
-        for (name, event, referencing) in [
-            ("indexnow_capture_insert", "INSERT", "REFERENCING NEW TABLE AS indexnow_new"),
-            (
-                "indexnow_capture_update",
-                "UPDATE",
-                "REFERENCING OLD TABLE AS indexnow_old NEW TABLE AS indexnow_new",
-            ),
-            ("indexnow_capture_delete", "DELETE", "REFERENCING OLD TABLE AS indexnow_old"),
-            ("indexnow_capture_truncate", "TRUNCATE", ""),
-        ] {
+        for (name, event, referencing) in events {
             run(&format!(
                 "CREATE TRIGGER {name} AFTER {event} ON public.{table} {referencing} \
                    FOR EACH STATEMENT EXECUTE FUNCTION public._indexnow_capture()"
