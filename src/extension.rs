@@ -79,6 +79,25 @@ pub fn version_mismatch() -> Option<String> {
         })
 }
 
+/// The extension's tables that are not there though the extension is (a cluster half restored
+/// by a failed `pg_upgrade`, a table taken out of the extension and dropped), joined by `, `:
+/// nothing of the extension can work then, and a worker waits instead of failing again and
+/// again.
+pub fn missing_tables() -> Option<String> {
+    crate::plan_cache::get_one::<String>(
+        "SELECT pg_catalog.string_agg(t, ', ' ORDER BY t) \
+           FROM pg_catalog.pg_extension e \
+           JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace, \
+                pg_catalog.unnest(ARRAY['indexnow_urls', 'indexnow_hosts', 'indexnow_pushes', \
+                                        'indexnow_backoff', 'indexnow_watches', 'indexnow_changes', \
+                                        'indexnow_sources', 'indexnow_relations']) t \
+          WHERE e.extname = 'indexnow' \
+            AND pg_catalog.to_regclass(pg_catalog.format('%I.%I', n.nspname, t)) IS NULL",
+        &[],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for the extension's tables: {e}"))
+}
+
 /// Whether this transaction can write: not on a hot standby, not read-only.
 pub fn writable() -> bool {
     // SAFETY: plain reads of this backend's transaction state.

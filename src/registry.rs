@@ -328,6 +328,26 @@ pub fn stop_workers(db: u32) {
     }
 }
 
+/// `db` is served again at once: the command that wanted it alone ([`stop_workers`]) failed
+/// (`crate::worker::ddl`), and its workers start again without waiting out the minute.
+pub fn serve_again(db: u32) {
+    {
+        let mut r = REGISTRY.exclusive();
+        for alone in r.alone.iter_mut().filter(|(d, _)| *d == db) {
+            alone.1 = 0;
+        }
+        // (the launcher leaves a database whose workers were stopped alone for a minute, or
+        // until the generation moves: whether it has seen them go or not yet)
+        for slot in r.slots.iter_mut() {
+            if slot.db == db && slot.state == State::Stopped {
+                slot.state = State::Free;
+            }
+        }
+        r.generation += 1;
+    }
+    wake_launcher();
+}
+
 /// This worker exits; a stop request (state `Stopped`) is kept for the launcher to see.
 pub fn leave(db: u32) {
     set_state(db, State::Free);

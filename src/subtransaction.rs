@@ -59,6 +59,40 @@ pub fn run_within<R>(at_most: std::time::Duration, f: impl FnOnce() -> R) -> Res
     outcome
 }
 
+/// [`run_within`], for work inside a session's own statement (a save derived in its statement):
+/// `f` is given at most `at_most`, and at most half of what the session's `statement_timeout`
+/// leaves the statement, so that running out of time is `f`'s (rolled back, and the caller falls
+/// back to something cheaper) and never the session's statement's: a save must not fail because
+/// indexnow made it slower. The session's own timer is put back after, as it was. Nothing is
+/// run when less than a millisecond would be left.
+pub fn run_within_statement<R>(
+    at_most: std::time::Duration,
+    f: impl FnOnce() -> R,
+) -> Result<R, Ended> {
+    // SAFETY: the statement timeout is registered in every backend; its state is read here and
+    // put back below.
+    let deadline = unsafe {
+        get_timeout_active(STATEMENT_TIMEOUT).then(|| get_timeout_finish_time(STATEMENT_TIMEOUT))
+    };
+    let mut budget = at_most;
+    if let Some(deadline) = deadline {
+        // SAFETY: reads the clock.
+        let left_us = deadline - unsafe { pg_sys::GetCurrentTimestamp() };
+        budget = budget.min(std::time::Duration::from_micros(
+            (left_us.max(0) / 2) as u64,
+        ));
+    }
+    if budget < std::time::Duration::from_millis(1) {
+        return Err(Ended::OutOfTime);
+    }
+    let outcome = run_within(budget, f);
+    if let Some(deadline) = deadline {
+        // SAFETY: the session's timer, armed again for the deadline it had.
+        unsafe { enable_timeout_at(STATEMENT_TIMEOUT, deadline) };
+    }
+    outcome
+}
+
 /// Disarms the statement timeout [`run_within`] armed; whether it had fired.
 ///
 /// # Safety
@@ -77,6 +111,8 @@ unsafe extern "C-unwind" {
     fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
     fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
     fn get_timeout_active(id: std::ffi::c_int) -> bool;
+    fn get_timeout_finish_time(id: std::ffi::c_int) -> pg_sys::TimestampTz;
+    fn enable_timeout_at(id: std::ffi::c_int, fin_time: pg_sys::TimestampTz);
 }
 
 fn run_catching<R>(f: impl FnOnce() -> R, timed: bool) -> Result<R, Ended> {

@@ -291,8 +291,22 @@ pub fn derive_at_write(
     } else {
         Deriver::Write
     };
-    derive_with(watch, Rows::Keyed(keys), Reason::Deleted, deriver).map_err(|u| u.message)
+    match subtransaction::run_within_statement(WRITE_AT_MOST, || {
+        derive_with(watch, Rows::Keyed(keys), Reason::Deleted, deriver)
+    }) {
+        Ok(derived) => derived.map_err(|u| u.message),
+        Err(subtransaction::Ended::OutOfTime) => {
+            Err("out of the time a save gives its derivation".into())
+        }
+        Err(subtransaction::Ended::Failed(failure)) => Err(failure.message),
+    }
 }
+
+/// The most a save's derivation in its statement may take (and never more than half of what
+/// the session's `statement_timeout` leaves the statement): past it, it is rolled back and the
+/// save records its keys instead, derived after the commit. A save never fails, nor runs much
+/// longer, because indexnow derives in it.
+const WRITE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether the watched table or a related table of `watch` has a foreign key checked at commit
 /// (`INITIALLY DEFERRED`). Read in a subtransaction, under the save's short lock timeout: a

@@ -431,6 +431,7 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
     let started_with = BackgroundWorker::transaction(settings::given_by_database_and_role);
     let mut told_outdated = false;
     let mut told_gaps = false;
+    let (mut told_missing, mut missing_wait) = (false, Duration::ZERO);
     loop {
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -441,6 +442,29 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
         if !BackgroundWorker::transaction(use_own_search_path) {
             registry::set_state(db, State::NoExtension);
             return;
+        }
+        if let Some(missing) = BackgroundWorker::transaction(crate::extension::missing_tables) {
+            // Said once; the worker looks again less and less often (every query of the
+            // extension's would fail, and a worker that exits is started again at once).
+            if !told_missing {
+                warning!(
+                    "indexnow worker {sender}: the extension's tables {missing} are missing in \
+                     this database (a failed pg_upgrade or restore?): nothing is captured or \
+                     sent; restore them, or DROP EXTENSION indexnow and CREATE EXTENSION \
+                     indexnow"
+                );
+                told_missing = true;
+            }
+            registry::set_state(db, State::Outdated);
+            report_activity(
+                "indexnow: waiting: the extension's tables are missing",
+                false,
+            );
+            missing_wait = (missing_wait * 2).clamp(Duration::from_secs(1), MISSING_WAIT_AT_MOST);
+            if !BackgroundWorker::wait_latch(Some(missing_wait)) || told_to_stop() {
+                break;
+            }
+            continue;
         }
         registry::set_copy(db, BackgroundWorker::transaction(only_copies));
         if BackgroundWorker::transaction(settings::given_by_database_and_role) != started_with {
@@ -523,6 +547,9 @@ pub extern "C-unwind" fn indexnow_worker_main(arg: pg_sys::Datum) {
     }
     registry::leave(db);
 }
+
+/// The longest a worker waits before it looks again for the extension's missing tables.
+const MISSING_WAIT_AT_MOST: Duration = Duration::from_secs(300);
 
 /// Says once, at the worker's start, in the server log, which watched tables' writes the capture
 /// triggers cannot see now (`indexnow_status().capture_gaps`): a database whose sessions run in

@@ -1123,3 +1123,58 @@ fn watching_a_table_makes_no_write_wait() {
         ]
     );
 }
+
+/// A save derived in its statement (`indexnow.derive_at_write`) never fails for the session's
+/// `statement_timeout`: the derivation gets at most half of what the timeout leaves the
+/// statement, and past it the save records its change instead, derived after the commit. (Before:
+/// a 5-row save under `ALTER DATABASE ... SET statement_timeout = '50ms'` failed with "canceling
+/// statement due to statement timeout".)
+#[test]
+fn a_save_derived_in_its_statement_never_fails_for_the_sessions_statement_timeout() {
+    // (no worker: what the save recorded stays to be seen)
+    let cluster = Cluster::start(Options {
+        preload: false,
+        conf: vec![],
+    });
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "CREATE FUNCTION slow_visible(i int) RETURNS boolean LANGUAGE plpgsql \
+           AS $$BEGIN PERFORM pg_sleep(0.02); RETURN true; END$$; \
+         CREATE TABLE items (id int PRIMARY KEY, slug text NOT NULL); \
+         SELECT indexnow_watch('items', url => 'https://www.example.com/i/{slug}', \
+                               visible => 'slow_visible(id)'); \
+         ALTER DATABASE site SET statement_timeout = '50ms'; \
+         ALTER DATABASE site SET indexnow.derive_at_write = 100;",
+    )
+    .unwrap();
+    let mut session = cluster.connect("site");
+    // (5 rows: 100 ms of deriving, twice the statement's whole time)
+    session
+        .batch_execute("INSERT INTO items SELECT g, 'i' || g FROM generate_series(1, 5) g")
+        .unwrap_or_else(|e| panic!("the save failed: {e}"));
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_changes WHERE tbl = 'items'::regclass AND keys IS NOT NULL"
+        ),
+        1,
+        "the save recorded its change"
+    );
+    // (a save that fits is still derived in its statement)
+    db.batch_execute(
+        "ALTER DATABASE site SET statement_timeout = '10s'; DELETE FROM indexnow_changes",
+    )
+    .unwrap();
+    let mut session = cluster.connect("site");
+    session
+        .batch_execute("INSERT INTO items VALUES (6, 'i6')")
+        .unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM indexnow_urls WHERE url LIKE '%/i/i6'"
+        ),
+        1
+    );
+}

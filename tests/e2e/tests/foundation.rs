@@ -276,3 +276,54 @@ fn the_operations_guide_monitoring_queries_run_as_written() {
         );
     }
 }
+
+/// A database whose extension is there but whose tables are not (a cluster half restored by a
+/// failed pg_upgrade; here a table renamed away) has its worker say so once and wait, looking again less and less often:
+/// before, the worker failed on its first query and was started again, dozens of times a second.
+#[test]
+fn a_worker_whose_tables_are_missing_says_so_once_and_waits() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(
+        "ALTER TABLE indexnow_pushes RENAME TO indexnow_pushes_gone; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+          WHERE backend_type = 'indexnow worker' AND datname = 'site'",
+    )
+    .unwrap();
+    let waiting = |db: &mut postgres::Client| -> Option<i32> {
+        db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        db.query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'indexnow worker' \
+               AND datname = 'site' AND query LIKE 'indexnow: waiting: the extension''s tables%'",
+            &[],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+    };
+    let start = std::time::Instant::now();
+    let mut pid = None;
+    while pid.is_none() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "no worker waits"
+        );
+        pid = waiting(&mut db);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // (the same worker waits on, through its next looks, 1 s and 2 s later, and says nothing
+    // more; the worker terminated above may have said it too before it went)
+    let said = |cluster: &Cluster| {
+        cluster
+            .log()
+            .matches("the extension's tables indexnow_pushes are missing")
+            .count()
+    };
+    let said_before = said(&cluster);
+    assert!((1..=2).contains(&said_before), "{}", cluster.log());
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < std::time::Duration::from_secs(3) {
+        assert_eq!(waiting(&mut db), pid, "the worker was started again");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(said(&cluster), said_before, "{}", cluster.log());
+}

@@ -2712,3 +2712,40 @@ fn a_worker_deriving_leaves_at_once_for_drop_database() {
         assert!(took < Duration::from_secs(3), "{ddl} waited {took:?}");
     }
 }
+
+/// A command that wants the database alone but will fail makes no worker leave its request:
+/// `ALTER DATABASE ... RENAME` while another session is connected (PostgreSQL refuses it
+/// whatever the workers do) leaves the worker and its request under way; one that fails for
+/// another reason (the new name is taken) has the database served again at once, not after a
+/// minute. (Before: the worker left its request, whose URLs were sent twice, and sending stopped
+/// for a minute.)
+#[test]
+fn a_failed_rename_of_the_database_leaves_its_worker_alone() {
+    let (_receiver, cluster, mut db) = request_under_way(60_000, "60s");
+    let worker = |db: &mut postgres::Client| -> Option<i32> {
+        db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        db.query_opt(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE backend_type = 'indexnow worker' AND datname = 'site'",
+            &[],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+    };
+    let before = worker(&mut db).expect("a worker serves the database");
+    let mut postgres = cluster.connect("postgres");
+    let refused = postgres.batch_execute("ALTER DATABASE site RENAME TO site2");
+    assert!(
+        refused.is_err(),
+        "the rename went through with a session connected"
+    );
+    assert_eq!(worker(&mut db), Some(before), "the worker left its request");
+    // (alone, the rename would go ahead: the workers are stopped for it; it fails on the name)
+    drop(db);
+    let taken = postgres.batch_execute("ALTER DATABASE site RENAME TO postgres");
+    assert!(taken.is_err(), "renamed onto a database that exists");
+    let mut db = cluster.connect("site");
+    wait_until("a worker serves the database again", SECONDS(15), || {
+        worker(&mut db).is_some_and(|pid| pid != before)
+    });
+}
