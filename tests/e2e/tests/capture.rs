@@ -1178,3 +1178,28 @@ fn a_save_derived_in_its_statement_never_fails_for_the_sessions_statement_timeou
         1
     );
 }
+
+/// A database whose sessions run in replica mode (`ALTER DATABASE ... SET session_replication_role
+/// = replica`) captures nothing a session writes: its worker starts again (the setting changed)
+/// and says so in the server log, and `indexnow_status()` names the table in `capture_gaps`.
+/// (Before: 55 saves announced nothing, with no word anywhere.)
+#[test]
+fn replica_mode_for_a_databases_sessions_is_said_in_the_log_and_the_status() {
+    let cluster = Cluster::start(Options::default());
+    let mut db = site(&cluster);
+    db.batch_execute("ALTER DATABASE site SET session_replication_role = replica")
+        .unwrap();
+    let said = "writes to these tables are not captured: public.pages: sessions of the database \
+                run with session_replication_role = replica";
+    wait_until("the worker says it", SECONDS(30), || {
+        cluster.log().contains(said)
+    });
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(DISTINCT capture_gaps) FROM indexnow_status() \
+              WHERE capture_gaps LIKE '%session_replication_role = replica%'"
+        ),
+        1
+    );
+}
