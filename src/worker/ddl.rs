@@ -8,10 +8,11 @@
 //! wait meanwhile. TimescaleDB stops its schedulers the same way. Installed only when preloaded.
 //!
 //! Only for what will happen: a worker asked to stop leaves the request it has under way (its
-//! URLs are sent again), so the workers are not stopped while another session is connected to
-//! the database (PostgreSQL refuses the command then, whatever the workers do), unless the
-//! command terminates those sessions itself (`DROP DATABASE ... WITH (FORCE)`); and when the
-//! command fails all the same, the database is served again at once.
+//! URLs are sent again), so the workers are not stopped while another session stays connected
+//! to the database for the five seconds PostgreSQL would wait for it (PostgreSQL refuses the
+//! command then, whatever the workers do), unless the command terminates those sessions itself
+//! (`DROP DATABASE ... WITH (FORCE)`); and when the command fails all the same, the database is
+//! served again at once. A command refused for another session so takes ten seconds to fail.
 
 use crate::registry;
 use pgrx::prelude::*;
@@ -41,7 +42,7 @@ unsafe extern "C-unwind" fn on_utility(
         let mut stopped = None;
         if let Some((name, forced)) = database_wanted_alone((*pstmt).utilityStmt) {
             let db = pg_sys::get_database_oid(name, true);
-            if db != pg_sys::InvalidOid && (forced || !others_connected(db)) {
+            if db != pg_sys::InvalidOid && (forced || !others_stay_connected(db)) {
                 registry::stop_workers(db.to_u32());
                 stopped = Some(db.to_u32());
             }
@@ -70,9 +71,26 @@ unsafe extern "C-unwind" fn on_utility(
     }
 }
 
-/// Whether a session other than this one is connected to `db` (the workers of indexnow are
-/// background workers, not counted).
+/// Whether a session other than this one stays connected to `db` for five seconds, the time
+/// PostgreSQL gives the database's other processes to leave before it refuses the command (a
+/// session that is closing, as a client's pool gives its connections back, counts as gone if it
+/// goes within it). The workers of indexnow are background workers, not counted.
+fn others_stay_connected(db: pg_sys::Oid) -> bool {
+    for _ in 0..50 {
+        if !others_connected(db) {
+            return false;
+        }
+        // SAFETY: a plain sleep of this backend; interrupts are handled after it.
+        unsafe { pg_sys::pg_usleep(100_000) };
+        pgrx::check_for_interrupts!();
+    }
+    true
+}
+
+/// Whether a session other than this one is connected to `db` now.
 fn others_connected(db: pg_sys::Oid) -> bool {
+    // SAFETY: drops this backend's snapshot of the statistics, so that the query reads them now.
+    unsafe { pg_sys::pgstat_clear_snapshot() };
     crate::plan_cache::get_one::<bool>(
         "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity \
                          WHERE datid = $1 AND backend_type = 'client backend' \
