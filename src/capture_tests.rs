@@ -4029,7 +4029,7 @@ fn a_transactions_requests_are_held_until_its_change_sets_are_all_derived() {
             "SELECT says FROM indexnow_explain('https://www.example.com/th/held') \
               WHERE topic = 'due'"
         )
-        .is_some_and(|says| says.contains("held")),
+        .is_some_and(|says| says.contains("has change sets not derived yet")),
         "explain says it is held"
     );
     assert_eq!(count("SELECT indexnow_derive()"), 1);
