@@ -576,6 +576,20 @@ pub fn count(db: &mut Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// What is pending (`url reason`, by URL), after deriving what the saves recorded (as every
+/// reader of the queue does: saves record, and a worker may not have derived them yet).
+pub fn queued(db: &mut Client) -> Vec<String> {
+    db.batch_execute("SELECT indexnow_derive()").unwrap();
+    db.query(
+        "SELECT url || ' ' || reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
 /// `indexnow_status().worker`: what the database's workers are doing, or why none runs.
 pub fn worker_state(db: &mut Client) -> String {
     db.query_one("SELECT worker FROM indexnow_status()", &[])

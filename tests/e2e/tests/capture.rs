@@ -1,6 +1,6 @@
 //! Capture on a real cluster: what needs commits, real client programs, or DROP EXTENSION.
 
-use indexnow_e2e::{count, sigkill, wait_until, Cluster, Options};
+use indexnow_e2e::{count, queued, sigkill, wait_until, Cluster, Options};
 
 const SECONDS: fn(u64) -> std::time::Duration = std::time::Duration::from_secs;
 use postgres::Client;
@@ -32,20 +32,6 @@ fn publish_and_push(db: &mut Client, slug: &str) {
            last_pushed_at = now() WHERE request_seq > settled_seq",
     )
     .unwrap();
-}
-
-/// What is pending, after deriving what the saves recorded (as every reader of the queue does:
-/// saves record, and a worker may not have derived them yet).
-fn queued(db: &mut Client) -> Vec<String> {
-    db.batch_execute("SELECT indexnow_derive()").unwrap();
-    db.query(
-        "SELECT url || ' ' || reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url",
-        &[],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! `INDEXNOW_RESTORES=50` runs fifty restores (the proof recorded in docs/reliability.md); the
 //! suite runs twenty.
 
-use indexnow_e2e::{release_library, Cluster, Options, PREVIOUS_RELEASE};
+use indexnow_e2e::{queued, release_library, Cluster, Options, PREVIOUS_RELEASE};
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,26 +81,13 @@ fn capture_triggers(db: &mut Client) -> Vec<String> {
     .collect()
 }
 
-/// What is pending, after deriving what was recorded.
-fn pending(db: &mut Client) -> Vec<String> {
-    db.batch_execute("SELECT indexnow_derive()").unwrap();
-    db.query(
-        "SELECT url || ' ' || reason FROM indexnow_urls WHERE request_seq > settled_seq ORDER BY url",
-        &[],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
-}
-
 /// Builds the site in a new database `db` of `cluster` and dumps it in the custom format; returns
 /// the dump's path and the tables' capture triggers.
 fn dumped_site(cluster: &Cluster, db: &str) -> (std::path::PathBuf, Vec<String>) {
     let mut site = cluster.connect(db);
     site.batch_execute(SITE).unwrap();
     assert_eq!(
-        pending(&mut site),
+        queued(&mut site),
         Vec::<String>::new(),
         "watching announced"
     );
@@ -138,12 +125,12 @@ fn restore_and_check(cluster: &Cluster, dump: &std::path::Path, to: &str, trigge
         "{to}: the capture triggers"
     );
     assert_eq!(
-        pending(&mut restored),
+        queued(&mut restored),
         Vec::<String>::new(),
         "{to}: the restore announced"
     );
     restored.batch_execute(SAVES).unwrap();
-    assert_eq!(pending(&mut restored), ANNOUNCED, "{to}: the saves");
+    assert_eq!(queued(&mut restored), ANNOUNCED, "{to}: the saves");
     drop(restored);
     cluster
         .connect("postgres")
