@@ -4038,3 +4038,160 @@ fn a_transactions_requests_are_held_until_its_change_sets_are_all_derived() {
     run("SELECT indexnow_queue('https://www.example.com/direct')");
     assert_eq!(due_now(), 3);
 }
+
+/// A change of a whole big table (one whose rows and sources are more than a change set's
+/// 10,000 keys: here an ALTER that may change rows, after writes no trigger saw) is derived as
+/// keyed change sets of every key of the table and of its sources, in key order, with the
+/// recording transaction and age of the whole-table change: what is derived is what the whole
+/// table's derivation finds (a row changed, a row gone, a row new), a slice at a time.
+#[pg_test]
+fn a_whole_table_change_of_a_big_table_is_derived_as_keyed_change_sets() {
+    run("SELECT indexnow_add_host('www.example.com', 'abcdefgh12')");
+    run("CREATE TABLE big (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO big SELECT i, 'p' || i FROM generate_series(1, 25000) i");
+    run("SELECT indexnow_watch('big', url => 'https://www.example.com/b/{slug}')");
+    pushed();
+    run("SET LOCAL session_replication_role = replica");
+    run("UPDATE big SET slug = slug || '-x' WHERE id % 5000 = 0");
+    run("DELETE FROM big WHERE id > 24990");
+    run("INSERT INTO big SELECT i, 'n' || i FROM generate_series(30001, 30003) i");
+    run("SET LOCAL session_replication_role = origin");
+    run("ALTER TABLE big ALTER slug SET DATA TYPE varchar");
+    let whole = "SELECT count(*) FROM indexnow_changes WHERE keys IS NULL";
+    assert_eq!(count(whole), 1);
+    let recorded = text("SELECT xact::text || recorded_at::text FROM indexnow_changes").unwrap();
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    assert_eq!(count(whole), 0, "the whole-table change set is unfolded");
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_changes"),
+        3,
+        "25,003 keys (24,993 rows, 10 sources of rows gone): three change sets"
+    );
+    assert_eq!(
+        count("SELECT sum(jsonb_array_length(keys)) FROM indexnow_changes"),
+        25_003
+    );
+    assert_eq!(
+        text("SELECT string_agg(DISTINCT xact::text || recorded_at::text, ',') FROM indexnow_changes"),
+        Some(recorded),
+        "each keyed change set is of the transaction and age of the whole-table one"
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_changes c \
+              WHERE (keys -> 0) < (SELECT p.keys -> -1 FROM indexnow_changes p \
+                                    WHERE p.id < c.id ORDER BY p.id DESC LIMIT 1)"
+        ),
+        0,
+        "in key order"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq"),
+        0,
+        "nothing is derived by unfolding"
+    );
+    derive();
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+    assert_eq!(
+        text(
+            "SELECT string_agg(reason || ' ' || n, ', ' ORDER BY reason) FROM ( \
+               SELECT reason, count(*) AS n FROM indexnow_urls \
+                WHERE request_seq > settled_seq GROUP BY reason) x"
+        )
+        .unwrap(),
+        "created 7, deleted 10, moved 4",
+        "4 pages moved (and their new URLs created), 10 gone (one of them moved first), 3 new"
+    );
+}
+
+/// A whole-table change of a big table with a watch that cannot derive now (its maker lost a
+/// privilege) is derived as keyed change sets for the other watch, and owed whole by that one:
+/// kept (not unfolded again on every pass) until it can derive, then derived.
+#[pg_test]
+fn a_big_tables_watch_that_cannot_derive_owes_the_whole_table_and_the_others_go_on() {
+    run("CREATE ROLE indexnow_test_lender");
+    run("GRANT USAGE, CREATE ON SCHEMA public TO indexnow_test_lender");
+    run("SELECT indexnow_grant_watching('indexnow_test_lender')");
+    run("CREATE TABLE shelves (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO shelves VALUES (1, 'x')");
+    run("CREATE TABLE wide (id int PRIMARY KEY, shelf int REFERENCES shelves, slug text NOT NULL)");
+    run("INSERT INTO wide SELECT i, 1, 'p' || i FROM generate_series(1, 12000) i");
+    run("ALTER TABLE wide OWNER TO indexnow_test_lender");
+    run("GRANT SELECT, TRIGGER ON shelves TO indexnow_test_lender");
+    run("SELECT indexnow_watch('wide', url => 'https://www.example.com/w/{slug}')");
+    run("SET LOCAL ROLE indexnow_test_lender");
+    run(
+        "SELECT indexnow_watch('wide', url_sql => $$'https://www.example.com/' || \
+           (SELECT s.slug FROM shelves s WHERE s.id = shelf) || '/' || slug$$, \
+           related => '{shelves}')",
+    );
+    run("RESET ROLE");
+    pushed();
+    let (plain, lent) = (
+        count("SELECT min(id) FROM indexnow_watches"),
+        count("SELECT max(id) FROM indexnow_watches"),
+    );
+    run("REVOKE SELECT ON shelves FROM indexnow_test_lender");
+    run("SET LOCAL session_replication_role = replica");
+    run("UPDATE wide SET slug = 'q' || id WHERE id <= 2");
+    run("SET LOCAL session_replication_role = origin");
+    run("ALTER TABLE wide ALTER slug SET DATA TYPE varchar");
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    assert_eq!(
+        text("SELECT string_agg(coalesce(keys::text, 'whole') || ' ' || watches::text, ', ' ORDER BY id) \
+               FROM (SELECT id, CASE WHEN keys IS NOT NULL THEN 'keyed' END AS keys, watches \
+                       FROM indexnow_changes) c"),
+        Some(format!("keyed {{{plain}}}, keyed {{{plain}}}, whole {{{lent}}}")),
+        "the watch that cannot derive owes the whole table; the other's keys are unfolded"
+    );
+    assert_eq!(
+        pending(),
+        "https://www.example.com/w/p1 moved\n\
+         https://www.example.com/w/p2 moved\n\
+         https://www.example.com/w/q1 created\n\
+         https://www.example.com/w/q2 created"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_changes WHERE keys IS NULL"),
+        1,
+        "still owed, and not unfolded again"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 1);
+    run("GRANT SELECT ON shelves TO indexnow_test_lender");
+    assert_eq!(
+        pending_like("https://www.example.com/x/%"),
+        "https://www.example.com/x/p1 moved\n\
+         https://www.example.com/x/p2 moved\n\
+         https://www.example.com/x/q1 created\n\
+         https://www.example.com/x/q2 created"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
+}
+
+/// A whole-table change of a big table whose sources were derived under another key (its key
+/// column retyped: `[5]` is `["5"]` now) is derived whole: a keyed derivation would read `[5]`
+/// as the row `["5"]` and leave the source of `[5]` behind, its URL never given up.
+#[pg_test]
+fn a_big_table_whose_key_changed_is_derived_whole() {
+    run("CREATE TABLE rekeyed (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO rekeyed SELECT i, 'p' || i FROM generate_series(1, 12000) i");
+    run("SELECT indexnow_watch('rekeyed', url => 'https://www.example.com/r/{slug}')");
+    pushed();
+    run("ALTER TABLE rekeyed ALTER id SET DATA TYPE text");
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes WHERE keys IS NULL"), 1);
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    assert_eq!(
+        count("SELECT count(*) FROM indexnow_changes"),
+        0,
+        "derived whole, not unfolded"
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM indexnow_sources \
+              WHERE pg_catalog.jsonb_typeof(row_key -> 0) <> 'string'"
+        ),
+        0,
+        "no source is left under the old key"
+    );
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 12_000);
+}

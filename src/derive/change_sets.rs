@@ -158,6 +158,91 @@ fn insert_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, an
     .unwrap_or_else(|e| error!("indexnow: could not record a change of the whole of a table: {e}"));
 }
 
+/// Records, for the whole-table change set `whole` of `tbl`, the same change as keyed change
+/// sets for `watches` (their ids in `sources_of`): every key of the table and every key those
+/// watches have a source for, in key order, [`KEYS_AT_MOST`] a change set, with `whole`'s
+/// transaction and age. Returns how many it recorded; none (and nothing written) when the table
+/// and its sources have no more keys than one change set holds, or when a source's key is not
+/// the table's key as it is now (its key columns or their types changed since it was derived:
+/// only a derivation of the whole table compares such keys).
+///
+/// Why: a whole table derived in one statement is read whole into the deriver's memory (the
+/// watch's rows are evaluated with its maker's rights, then handed back), and is not cut short;
+/// keyed change sets are derived a slice at a time, each in a transaction of its own, and a
+/// worker sends between them. The same keys give the same derivation: a key with a row is
+/// derived from it, a key with only a source is a row gone.
+///
+/// `key` is the table's primary key (name, type). Run under the derivation's pinned settings (a
+/// key's text, a `timestamptz` with its offset, is the derivation's), reading the table directly:
+/// with `row_security = off`, a table whose policies would hide rows from this role fails it, as
+/// does a table this role may not read. The caller then derives the table whole.
+pub fn unfold_whole_table(
+    ext: &str,
+    whole: i64,
+    tbl: pg_sys::Oid,
+    key: &[(String, String)],
+    watches: Option<Vec<i32>>,
+    sources_of: &[i32],
+) -> Result<i64, pgrx::spi::Error> {
+    let table = plan_cache::get_one::<String>(
+        "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) \
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+          WHERE c.oid = $1",
+        &[tbl.into()],
+    )?
+    .unwrap_or_default();
+    let names: Vec<String> = key.iter().map(|(name, _)| name.clone()).collect();
+    let normal = key
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!("(s.row_key OPERATOR(pg_catalog.->>) {i})::{ty}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = KEYS_AT_MOST + 1;
+    // (The conditions are the INSERT's own: a data-modifying WITH runs whatever the statement
+    // around it keeps; evaluated first, they leave a small table's statement reading no more.)
+    let sql = format!(
+        "WITH \
+         sources AS (SELECT s.row_key FROM {ext}.indexnow_sources s WHERE s.watch_id = ANY ($2)), \
+         keys AS (SELECT {row_key} AS k FROM {table} r UNION SELECT row_key FROM sources), \
+         chunked AS ( \
+           SELECT k, (pg_catalog.row_number() OVER (ORDER BY k) - 1) / {KEYS_AT_MOST} AS chunk \
+             FROM keys), \
+         whole AS (SELECT xact, recorded_at FROM {ext}.indexnow_changes WHERE id = $1), \
+         recorded AS ( \
+           INSERT INTO {ext}.indexnow_changes (tbl, watches, keys, recorded_at, xact) \
+           SELECT $3, $4, pg_catalog.jsonb_agg(c.k ORDER BY c.k), w.recorded_at, w.xact \
+             FROM chunked c, whole w \
+            WHERE (SELECT count(*) FROM (SELECT FROM {table} LIMIT {more}) t) \
+                  + (SELECT count(*) FROM (SELECT FROM sources LIMIT {more}) s) > {KEYS_AT_MOST} \
+              AND NOT EXISTS ( \
+                    SELECT FROM sources s \
+                     WHERE s.row_key IS DISTINCT FROM pg_catalog.jsonb_build_array({normal})) \
+            GROUP BY c.chunk, w.recorded_at, w.xact ORDER BY c.chunk \
+           RETURNING 1) \
+         SELECT count(*) FROM recorded",
+        row_key = row_key(&names, "r"),
+    );
+    // Planned afresh: it runs rarely, and its plan depends on the table's size.
+    let recorded = Spi::connect_mut(|client| {
+        client
+            .update(
+                &sql,
+                None,
+                &[
+                    whole.into(),
+                    sources_of.to_vec().into(),
+                    tbl.into(),
+                    watches.into(),
+                ],
+            )?
+            .first()
+            .get_one::<i64>()
+    })?
+    .unwrap_or(0);
+    Ok(recorded)
+}
+
 /// Deletes the whole-table change sets owed by `watch` of `tbl` other than `kept` (and than those
 /// another transaction holds): one derivation of the whole table stands for them all.
 pub fn drop_owed_twice(ext: &str, tbl: pg_sys::Oid, watch: i32, kept: &[i64]) {

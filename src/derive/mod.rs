@@ -625,6 +625,10 @@ fn derive_taken(
     let Some(mut taken) = change_sets::take(ext, waiting, most, passed_over) else {
         return Ok(0);
     };
+    if taken.keys.is_none() && unfold(ext, &taken, settings)? {
+        change_sets::remove(ext, &taken.ids);
+        return Ok(taken.ids.len());
+    }
     let sliced = at_most.and_then(|_| cut_to_slice(&mut taken));
     // What it queues is held for the transaction that recorded it (`crate::queue::HELD_BY_SQL`).
     let mut settings = settings.to_vec();
@@ -671,6 +675,100 @@ fn derive_taken(
         crate::wake::worker_at_commit();
     }
     Ok(taken.ids.len())
+}
+
+/// Turns the whole-table change set `taken` of a big table into keyed change sets
+/// (`change_sets::unfold_whole_table`), derived after it like any others: a slice at a time, a
+/// worker sending between slices, its memory that of one slice. Whether it did; when it did not,
+/// the caller derives the table whole (a small table, a watch that cannot derive now, a source
+/// whose key is not the table's key now, unwatched watches whose removals are decided by the
+/// whole table's derivation, a table this role cannot read unhindered).
+///
+/// A watch that cannot derive now (`broken`) is left out of the keyed change sets and owes the
+/// whole table instead, as its derivation of them would have made it: a table whose every watch
+/// is broken is derived whole, which passes it over until one can derive (a broken watch's keyed
+/// change sets, each owing the whole table again, would make the table unfolded again and again).
+fn unfold(
+    ext: &str,
+    taken: &change_sets::Taken,
+    settings: &[(&'static str, String)],
+) -> Result<bool, Stuck> {
+    if has_unwatched(ext, taken.table) {
+        return Ok(false);
+    }
+    let mut settings = settings.to_vec();
+    settings.extend(pinned_settings());
+    let stuck = |message: String| Stuck {
+        table: table_name(taken.table),
+        message,
+        ids: taken.ids.clone(),
+        broken: false,
+        slow: false,
+    };
+    let (mut sound, mut broken) = (vec![], vec![]);
+    for watch in watches_of(ext, taken.table) {
+        if taken
+            .watches
+            .as_ref()
+            .is_some_and(|ids| !ids.contains(&watch.id))
+        {
+            continue;
+        }
+        let no_rows = Rows::Keyed(Value::Array(vec![]));
+        match with_settings(&settings, || {
+            run_statement(&watch, &no_rows, Reason::Deleted)
+        }) {
+            Ok(_) => sound.push(watch.id),
+            Err(failure) if failure.transient => return Err(stuck(failure.message)),
+            Err(_) => broken.push(watch.id),
+        }
+    }
+    if sound.is_empty() {
+        return Ok(false);
+    }
+    let key = key::columns(taken.table);
+    let watches = if broken.is_empty() {
+        taken.watches.clone()
+    } else {
+        Some(sound.clone())
+    };
+    settings.push(("row_security", "off".into()));
+    crate::process::report_activity(
+        &format!(
+            "indexnow: reading the keys of every row of {}",
+            table_name(taken.table)
+        ),
+        true,
+    );
+    let unfolded = subtransaction::run(|| {
+        with_settings(&settings, || {
+            change_sets::unfold_whole_table(ext, taken.ids[0], taken.table, &key, watches, &sound)
+        })
+    });
+    match unfolded {
+        Ok(Ok(0)) => Ok(false),
+        Ok(Ok(_)) => {
+            for watch in broken {
+                change_sets::owe_whole_table(ext, taken.table, watch);
+            }
+            Ok(true)
+        }
+        // (read as the table's whole derivation reads it, it fails there too, and is said there)
+        Ok(Err(_)) => Ok(false),
+        Err(failure) if failure.transient => Err(stuck(failure.message)),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The table `table` by name, for messages.
+fn table_name(table: pg_sys::Oid) -> String {
+    plan_cache::get_one::<String>(
+        "SELECT $1::pg_catalog.regclass::pg_catalog.text",
+        &[table.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| format!("table {}", table.to_u32()))
 }
 
 thread_local! {
@@ -800,13 +898,7 @@ fn derive_watches(
 /// pass; a row that alone takes that long is passed over by this pass and tried by the next.
 /// Either way the worker goes on to send.
 fn out_of_time(taken: change_sets::Taken, at_most: std::time::Duration) -> Stuck {
-    let table = plan_cache::get_one::<String>(
-        "SELECT $1::pg_catalog.regclass::pg_catalog.text",
-        &[taken.table.into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| format!("table {}", taken.table.to_u32()));
+    let table = table_name(taken.table);
     let rows = match &taken.keys {
         Some(Value::Array(keys)) => keys.len(),
         _ => 0,
@@ -995,15 +1087,7 @@ pub fn derive_all_change_sets(ext: &str) -> i64 {
 pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     // Most tables have no unwatched watch: then nothing is written (a write to the watch table
     // makes every backend read its watches again, `crate::capture::cache`).
-    let unwatched = plan_cache::get_one::<bool>(
-        &format!(
-            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
-                             WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active)"
-        ),
-        &[table.into()],
-    )
-    .unwrap_or_else(|e| error!("indexnow: looking for unwatched watches: {e}"));
-    if unwatched != Some(true) {
+    if !has_unwatched(ext, table) {
         return 0;
     }
     let told_of = crate::queue::told_of_since("u", "g.since");
@@ -1043,4 +1127,17 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
     })
     .unwrap_or_else(|e| error!("indexnow: giving up the URLs of unwatched watches: {e}"))
     .unwrap_or(0)
+}
+
+/// Whether `table` has unwatched watches whose URLs are still to be given up.
+fn has_unwatched(ext: &str, table: pg_sys::Oid) -> bool {
+    plan_cache::get_one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT FROM {ext}.indexnow_watches \
+                             WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active)"
+        ),
+        &[table.into()],
+    )
+    .unwrap_or_else(|e| error!("indexnow: looking for unwatched watches: {e}"))
+        == Some(true)
 }

@@ -1577,6 +1577,111 @@ fn a_slow_watch_expression_does_not_hold_up_another_hosts_url() {
     );
 }
 
+/// The worker's private memory (`RssAnon`: its own heap, not the shared buffers it maps), in
+/// bytes.
+fn private_memory(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// A change of a whole big table (here an ALTER that may change rows, after writes no trigger
+/// saw: 200,000 rows) is derived a slice at a time: the worker's private memory stays within
+/// 64 MiB while it derives, another host's URL goes out within seconds meanwhile, and the rows
+/// changed unseen are announced. (Derived in one statement, the table was read whole into the
+/// worker's memory: 75 MB of it here, and 1.19 GB at 2,000,000 rows; and another host's URL
+/// waited 9 s.) `INDEXNOW_BIG_ROWS` sets the rows (for a measurement at another size).
+#[test]
+fn a_whole_big_table_is_derived_in_bounded_memory_while_the_worker_sends() {
+    let rows: i32 = std::env::var("INDEXNOW_BIG_ROWS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200_000);
+    let receiver = receiver();
+    let cluster = cluster(&receiver, &[]);
+    let mut db = cluster.create_db_with_extension("site");
+    db.batch_execute(&format!(
+        "SELECT indexnow_add_host('{HOST}', '{KEY}'); \
+         SELECT indexnow_add_host('other.example.com', '{KEY}'); \
+         CREATE TABLE posts (id int PRIMARY KEY, slug text NOT NULL, body text NOT NULL); \
+         INSERT INTO posts SELECT g, 'p' || g, repeat('x', 200) FROM generate_series(1, {rows}) g; \
+         SELECT indexnow_watch('posts', url => 'https://{HOST}/{{slug}}');"
+    ))
+    .unwrap();
+    wait_until_settled(&mut db, "the watch is made", SECONDS(60));
+    db.batch_execute(
+        "SET session_replication_role = replica; \
+         UPDATE posts SET slug = slug || '-moved' WHERE id % 1000 = 0; \
+         RESET session_replication_role; \
+         ALTER TABLE posts ALTER slug SET DATA TYPE varchar;",
+    )
+    .unwrap();
+    let pid = worker_pid(&mut db, "site").expect("the worker runs");
+    let mut most = 0;
+    let mut other_sent_after = None;
+    let started = Instant::now();
+    loop {
+        most = most.max(private_memory(pid));
+        // (from the statement that records the table's keys on)
+        let deriving = worker_activity(&mut db, "site").is_some_and(|(_, q)| {
+            q.starts_with("indexnow: reading the keys") || q.starts_with("indexnow: deriving")
+        });
+        if deriving && other_sent_after.is_none() {
+            db.batch_execute("SELECT indexnow_queue('https://other.example.com/quick')")
+                .unwrap();
+            let queued = Instant::now();
+            while !accepted_urls(&receiver.received())
+                .contains_key("https://other.example.com/quick")
+            {
+                most = most.max(private_memory(pid));
+                assert!(
+                    queued.elapsed() < SECONDS(30),
+                    "the other host's URL is not sent"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other_sent_after = Some(queued.elapsed());
+        }
+        if count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < SECONDS(300),
+            "not derived yet: {:?}",
+            worker_activity(&mut db, "site")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = other_sent_after.expect("the worker was seen deriving");
+    eprintln!(
+        "{rows} rows derived whole in {:?}; the worker's private memory at most {} KiB; another \
+         host's URL sent {took:?} after it was queued",
+        started.elapsed(),
+        most >> 10
+    );
+    assert!(
+        took < SECONDS(7),
+        "another host's URL waited {took:?} while the table was derived"
+    );
+    assert!(
+        most < 64 << 20,
+        "the worker's private memory reached {} MiB",
+        most >> 20
+    );
+    assert_eq!(
+        worker_pid(&mut db, "site"),
+        Some(pid),
+        "the same worker derived it all"
+    );
+    let moved = rows as usize / 1000;
+    wait_until("the moved pages are sent", SECONDS(60), || {
+        accepted_urls(&receiver.received()).len() == 1 + 2 * moved
+    });
+}
+
 /// A worker's request that hangs (the endpoint answers nothing for `hang_ms`, `http_timeout`
 /// long enough), under way for one URL of the database `site`.
 fn request_under_way(hang_ms: u64, http_timeout: &str) -> (Receiver, Cluster, postgres::Client) {
