@@ -4168,6 +4168,21 @@ fn a_big_tables_watch_that_cannot_derive_owes_the_whole_table_and_the_others_go_
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0);
 }
 
+/// A table of 6,000 rows watched twice (12,000 sources, of 6,000 keys) has fewer keys than a
+/// change set holds: its whole-table change is derived whole, in one statement.
+#[pg_test]
+fn a_table_of_fewer_keys_than_a_change_set_is_derived_whole() {
+    run("CREATE TABLE twice (id int PRIMARY KEY, slug text NOT NULL)");
+    run("INSERT INTO twice SELECT i, 'p' || i FROM generate_series(1, 6000) i");
+    run("SELECT indexnow_watch('twice', url => 'https://www.example.com/a/{slug}')");
+    run("SELECT indexnow_watch('twice', url => 'https://www.example.com/b/{slug}')");
+    pushed();
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 12_000);
+    run("ALTER TABLE twice ALTER slug SET DATA TYPE varchar");
+    assert_eq!(count("SELECT indexnow_derive(1)"), 1);
+    assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0, "derived whole");
+}
+
 /// A whole-table change of a big table whose sources were derived under another key (its key
 /// column retyped: `[5]` is `["5"]` now) is derived whole: a keyed derivation would read `[5]`
 /// as the row `["5"]` and leave the source of `[5]` behind, its URL never given up.

@@ -161,8 +161,9 @@ fn insert_whole_table(ext: &str, tbl: pg_sys::Oid, watches: Option<Vec<i32>>, an
 /// Records, for the whole-table change set `whole` of `tbl`, the same change as keyed change
 /// sets for `watches` (their ids in `sources_of`): every key of the table and every key those
 /// watches have a source for, in key order, [`KEYS_AT_MOST`] a change set, with `whole`'s
-/// transaction and age. Returns how many it recorded; none (and nothing written) when the table
-/// and its sources have no more keys than one change set holds, or when a source's key is not
+/// transaction and age. Returns how many it recorded; none (and nothing written) when neither
+/// the table's rows nor the keys of its sources are more than one change set holds (a table of
+/// 5,000 rows and two watches has 10,000 sources, of 5,000 keys), or when a source's key is not
 /// the table's key as it is now (its key columns or their types changed since it was derived:
 /// only a derivation of the whole table compares such keys).
 ///
@@ -213,8 +214,10 @@ pub fn unfold_whole_table(
            INSERT INTO {ext}.indexnow_changes (tbl, watches, keys, recorded_at, xact) \
            SELECT $3, $4, pg_catalog.jsonb_agg(c.k ORDER BY c.k), w.recorded_at, w.xact \
              FROM chunked c, whole w \
-            WHERE (SELECT count(*) FROM (SELECT FROM {table} LIMIT {more}) t) \
-                  + (SELECT count(*) FROM (SELECT FROM sources LIMIT {more}) s) > {KEYS_AT_MOST} \
+            WHERE greatest( \
+                    (SELECT count(*) FROM (SELECT FROM {table} LIMIT {more}) t), \
+                    (SELECT count(*) FROM (SELECT DISTINCT row_key FROM sources LIMIT {more}) s)) \
+                  > {KEYS_AT_MOST} \
               AND NOT EXISTS ( \
                     SELECT FROM sources s \
                      WHERE s.row_key IS DISTINCT FROM pg_catalog.jsonb_build_array({normal})) \
