@@ -26,9 +26,9 @@ case " ${INDEXNOW_PG_VERSIONS[*]} " in
 esac
 
 cargo pgrx install "${profile[@]}" --pg-config "$pg_config" --no-default-features --features "pg$major"
-# cargo pgrx writes this release's install script; the older releases' install scripts and the
-# upgrade scripts between releases are kept in sql/ and copied beside it.
+# cargo pgrx writes this release's install script; the upgrade scripts between releases, and the
+# older releases' install scripts this library can run, are kept in sql/ and copied beside it.
 extension_dir="$("$pg_config" --sharedir)/extension"
 check_kept_install_script "$extension_dir"
-install -m 644 sql/indexnow--*.sql "$extension_dir/"
+install_shipped_scripts "$extension_dir" "$("$pg_config" --pkglibdir)/indexnow.so"
 echo "installed indexnow $(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1) into PostgreSQL $major ($extension_dir)"

@@ -31,10 +31,11 @@ for pg_config in "${configs[@]}"; do
   out="target/package/indexnow-$version-pg$major"
   rm -rf "$out"
   cargo pgrx package "${profile[@]}" --pg-config "$pg_config" --no-default-features --features "pg$major" --out-dir "$out" >/dev/null
-  # Beside the install script cargo pgrx made: the older releases' and the upgrade scripts.
+  # Beside the install script cargo pgrx made: the upgrade scripts, and the older releases'
+  # install scripts this library can run.
   extension_dir="$out$("$pg_config" --sharedir)/extension"
   check_kept_install_script "$extension_dir"
-  install -m 644 sql/indexnow--*.sql "$extension_dir/"
+  install_shipped_scripts "$extension_dir" "$out$("$pg_config" --pkglibdir)/indexnow.so"
   # What a server needs, or the tree is not a package.
   for f in "$("$pg_config" --pkglibdir)/indexnow.so" "$("$pg_config" --sharedir)/extension/indexnow.control" \
            "$("$pg_config" --sharedir)/extension/indexnow--$version.sql"; do

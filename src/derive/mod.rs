@@ -302,9 +302,10 @@ pub fn derive_at_write(
     }
 }
 
-/// The most a save's derivation in its statement may take (and never more than half of what
-/// the session's `statement_timeout` leaves the statement): past it, it is rolled back and the
-/// save records its keys instead, derived after the commit. A save never fails, nor runs much
+/// The most a save's derivation in its statement may take (and never more than a quarter of what
+/// the session's `statement_timeout` leaves the statement; none under a timeout too short for
+/// that to be worth it: `subtransaction::run_within_statement`): past it, it is rolled back and
+/// the save records its keys instead, derived after the commit. A save never fails, nor runs much
 /// longer, because indexnow derives in it.
 const WRITE_AT_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 

@@ -507,10 +507,36 @@ pub const PREVIOUS_RELEASE: &str = "0.6.0";
 /// that the test needs no git history or tags) in `target/v<version>-pg<major>/` the first time
 /// it is asked for, the library kept in the temporary folder (`indexnow-e2e-releases/`), where the
 /// server's user can read it. (0.1.0 builds for PostgreSQL 15 only.)
-/// [`Cluster::use_library`] makes a cluster load it instead of the installed one; the release's
-/// install script is in the server's extension folder already (`sql/indexnow--<version>.sql`,
-/// installed by scripts/install.sh).
+/// [`Cluster::use_library`] makes a cluster load it instead of the installed one. The release's
+/// install script (`sql/indexnow--<version>.sql`) is put in the server's extension folder when it
+/// is not there: scripts/install.sh installs only the install scripts today's library can run
+/// (`shipped_scripts` in scripts/versions.sh), and an older release's may name a C function
+/// only its own library has.
 pub fn release_library(version: &str) -> PathBuf {
+    let library = release_library_built(version);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = format!("indexnow--{version}.sql");
+    let installed = extension_dir().join(&script);
+    static COPYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = COPYING.lock().unwrap_or_else(|e| e.into_inner());
+    if !installed.exists() {
+        let copy = installed.with_extension(format!("sql.{}", std::process::id()));
+        std::fs::copy(root.join("sql").join(&script), &copy).unwrap();
+        std::fs::rename(&copy, &installed).unwrap();
+    }
+    library
+}
+
+/// The extension folder of the PostgreSQL the tests run against.
+pub fn extension_dir() -> PathBuf {
+    let out = Command::new(format!("{}/pg_config", pg_bin()))
+        .arg("--sharedir")
+        .output()
+        .expect("pg_config runs");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("extension")
+}
+
+fn release_library_built(version: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap();
     let major = pg_major();

@@ -106,6 +106,69 @@ fn an_upgrade_from_the_first_release_keeps_everything_and_equals_a_fresh_install
     upgrade_from("0.1.0", 12);
 }
 
+/// Every release the installed files offer (`scripts/install.sh` installs the install scripts
+/// today's library can run: `shipped_scripts` in scripts/versions.sh) installs with today's library
+/// and updates to this release, equal then to a fresh install. 0.1.0 to 0.4.0 are not offered:
+/// their install scripts name a C function today's library does not have (`CREATE EXTENSION
+/// indexnow VERSION '0.3.0'` failed with `could not find function "indexnow_watch_rows_wrapper"`).
+#[test]
+fn every_release_offered_installs_with_this_library_and_updates_to_this_one() {
+    let shipped = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("source scripts/versions.sh && shipped_scripts \"$1\"")
+        .arg("shipped")
+        .arg(format!("{}/indexnow.so", pkglibdir()))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    assert!(
+        shipped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shipped.stderr)
+    );
+    let offered: Vec<String> = String::from_utf8_lossy(&shipped.stdout)
+        .lines()
+        .filter_map(|script| script.strip_prefix("sql/indexnow--")?.strip_suffix(".sql"))
+        .filter(|version| !version.contains("--"))
+        .map(str::to_string)
+        .collect();
+    assert!(offered.contains(&CURRENT.to_string()), "{offered:?}");
+    assert!(!offered.contains(&"0.1.0".to_string()), "{offered:?}");
+    let cluster = Cluster::start(Options {
+        preload: true,
+        conf: vec!["indexnow.enabled = off".into()],
+    });
+    let mut fresh = cluster.create_db_with_extension("fresh");
+    let want = catalog(&mut fresh);
+    for release in &offered {
+        let db_name = format!("from_{}", release.replace('.', "_"));
+        cluster
+            .connect("postgres")
+            .batch_execute(&format!("CREATE DATABASE {db_name}"))
+            .unwrap();
+        let mut db = cluster.connect(&db_name);
+        db.batch_execute(&format!(
+            "CREATE EXTENSION indexnow VERSION '{release}'; ALTER EXTENSION indexnow UPDATE"
+        ))
+        .unwrap_or_else(|e| panic!("{release}: {e}\n{}", cluster.log()));
+        assert_eq!(version(&mut db), CURRENT);
+        assert_eq!(
+            catalog(&mut db),
+            want,
+            "{release} updated differs from a fresh install"
+        );
+    }
+}
+
+/// The library folder of the PostgreSQL the tests run against.
+fn pkglibdir() -> String {
+    let out = std::process::Command::new(format!("{}/pg_config", indexnow_e2e::pg_bin()))
+        .arg("--pkglibdir")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The upgrade from release `previous`, whose `indexnow_status()` has `status_columns` columns.
 fn upgrade_from(previous: &str, status_columns: i64) {
     let library = release_library(previous);
