@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (scripts/setup.sh), then
 #   1. the IndexNow protocol rules and the local receiver (plain Rust),
-#   2. for each of PostgreSQL 15, 16 and 18: the extension's pure-Rust tests and its SQL-level
+#   2. for each of PostgreSQL 15, 16, 17 and 18: the extension's pure-Rust tests and its SQL-level
 #      #[pg_test]s (cargo pgrx test), then the end-to-end tests on real clusters of that version
 #      with the extension preloaded;
 #   3. the upgrade from the previous release on each version, and on PostgreSQL 15 also the
-#      upgrade from 0.1.0 (released for 15 only) and the short soak (faults for a minute; its
-#      hour-long form is scripts/soak.sh).
+#      upgrade from 0.1.0 (released for 15 only), the short soak (faults for a minute; its
+#      hour-long form is scripts/soak.sh) and the Debian package installed with dpkg;
+#   4. pg_upgrade of a cluster running indexnow from 16 to 17.
 # The protocol tests and each version run side by side (see below), each printed whole at its end.
 # INDEXNOW_TEST_VERSIONS="15" runs one version only (default: all of scripts/versions.sh).
 set -euo pipefail
@@ -81,6 +82,17 @@ version() {
   for f in indexnow.so indexnow.control $(cd sql && ls indexnow--*--*.sql); do
     grep -q "/$f\$" "$pgrx_dir/package-$v.txt" || { echo "the package for $v has no $f" >&2; exit 1; }
   done
+  # Debian's own PostgreSQL 15 takes the Debian package as a user installs it: dpkg -i, a fresh
+  # cluster with the library preloaded, a URL sent. (Last in its job: the package replaces the
+  # installed files, and its removal takes them away.)
+  if [ "$v" = 15 ]; then
+    step "PostgreSQL 15: the Debian package installed with dpkg, a URL sent"
+    local deb
+    deb=$(grep '\.deb$' "$pgrx_dir/package-$v.txt")
+    dpkg -i "$deb"
+    INDEXNOW_PACKAGE=postgresql-15-indexnow cargo test -p indexnow-e2e --test package
+    dpkg -r postgresql-15-indexnow
+  fi
 }
 
 jobs=(protocol)
@@ -103,6 +115,21 @@ for job in "${jobs[@]}"; do
   echo "======== $job: $status"
   cat "$logs/$job.log"
 done
+# pg_upgrade from 16 to 17, once both have this release installed (their jobs did it). (From
+# Debian's 15.20 to 18.6, pg_upgrade fails before indexnow matters: the 15.20 dump of every table
+# sets a column option, pg_attver, that 18 does not take.)
+if [[ " ${versions[*]} " == *" 16 "* && " ${versions[*]} " == *" 17 "* && ${#failed[@]} -eq 0 ]]; then
+  echo
+  echo "======== pg_upgrade from 16 to 17"
+  started=$SECONDS
+  if INDEXNOW_PG_BIN=$("$(pg_config_of 16)" --bindir) \
+     INDEXNOW_PG_UPGRADE_BIN=$("$(pg_config_of 17)" --bindir) \
+     cargo test -p indexnow-e2e --test pg_upgrade; then
+    echo "$(printf '%5d s' $((SECONDS - started)))  pg_upgrade 16 to 17"
+  else
+    failed+=(pg_upgrade)
+  fi
+fi
 echo
 for job in "${jobs[@]}"; do
   printf '%-10s %s\n' "$job" "$(tail -n 1 "$logs/$job.log")"

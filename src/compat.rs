@@ -1,4 +1,4 @@
-//! What differs between the PostgreSQL versions indexnow is built for (15, 16, 18), in one place,
+//! What differs between the PostgreSQL versions indexnow is built for (15 to 18), in one place,
 //! the way pgrx itself does it: one function per difference, chosen by the `pgNN` feature.
 
 use pgrx::pg_sys;

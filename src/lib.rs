@@ -9,7 +9,7 @@
 //!
 //! - `lib.rs`              this map, `_PG_init`, the SQL files included in the install script
 //! - `guc.rs`              every setting
-//! - `compat.rs`           what differs between PostgreSQL 15, 16 and 18
+//! - `compat.rs`           what differs between PostgreSQL 15, 16, 17 and 18
 //! - `error.rs`            how bad input is refused (SQLSTATE, quoting a value)
 //! - `plan_cache.rs`       statements planned once per backend (SPI_keepplan), under the search_path
 //!   they were planned for

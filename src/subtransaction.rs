@@ -110,7 +110,7 @@ unsafe fn disarm_statement_timeout() -> bool {
     fired
 }
 
-// utils/timeout.h, which pgrx does not bind: the same in PostgreSQL 15, 16 and 18 (the fourth
+// utils/timeout.h, which pgrx does not bind: the same in PostgreSQL 15 to 18 (the fourth
 // of `TimeoutId`).
 const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
 unsafe extern "C-unwind" {

@@ -22,10 +22,14 @@ pub fn pg_bin() -> String {
 
 /// The major version of that PostgreSQL (`postgres --version`: `postgres (PostgreSQL) 16.2`).
 pub fn pg_major() -> u32 {
-    let version = run(
+    major_of(&run(
         "postgres --version",
         Command::new(format!("{}/postgres", pg_bin())).arg("--version"),
-    );
+    ))
+}
+
+/// The major version in what `postgres --version` printed.
+fn major_of(version: &str) -> u32 {
     version
         .split_whitespace()
         .last()
@@ -37,6 +41,9 @@ pub fn pg_major() -> u32 {
 pub struct Cluster {
     pub dir: PathBuf,
     pub port: u16,
+    /// The `bindir` of the PostgreSQL it runs ([`pg_bin`], or another after
+    /// [`Cluster::upgraded_to`]).
+    bin: String,
 }
 
 /// How a cluster is started.
@@ -207,7 +214,11 @@ impl Cluster {
         }
         conf.extend(options.conf);
         append_conf(&data, &conf);
-        let cluster = Cluster { dir, port };
+        let cluster = Cluster {
+            dir,
+            port,
+            bin: pg_bin(),
+        };
         cluster.pg_ctl(&["start", "-w", "-t", "60"]);
         cluster
     }
@@ -263,7 +274,11 @@ impl Cluster {
         ];
         lines.extend(conf.iter().map(|l| l.to_string()));
         append_conf(&data, &lines);
-        Cluster { dir, port }
+        Cluster {
+            dir,
+            port,
+            bin: pg_bin(),
+        }
     }
 
     /// `pg_ctl -o '<options>' start` (no `-o` when `options` is empty).
@@ -296,7 +311,7 @@ impl Cluster {
         let log = self.dir.join("server.log");
         run(
             "pg_ctl",
-            as_postgres(&format!("{}/pg_ctl", pg_bin()))
+            as_postgres(&format!("{}/pg_ctl", self.bin))
                 .args([
                     "-D",
                     self.data().to_str().unwrap(),
@@ -338,7 +353,7 @@ impl Cluster {
     /// and the server log) when the server does not start.
     pub fn start_again(&self) -> Result<(), String> {
         let log = self.dir.join("server.log");
-        let out = as_postgres(&format!("{}/pg_ctl", pg_bin()))
+        let out = as_postgres(&format!("{}/pg_ctl", self.bin))
             .args([
                 "-D",
                 self.data().to_str().unwrap(),
@@ -451,11 +466,81 @@ impl Cluster {
         self.connect(to)
     }
 
+    /// This cluster upgraded by `pg_upgrade` to the PostgreSQL whose programs are in `new_bin`
+    /// (with indexnow installed for it), as a DBA upgrades: stopped, a new data directory made by
+    /// that version's `initdb` with the same arguments (and, as the old cluster's, no data
+    /// checksums), `pg_upgrade` (copying the files) from the old one, and started with `conf`
+    /// (the old `postgresql.conf` is not carried over: its lines are written again). Returns
+    /// the new cluster (the old data directory stays, as pg_upgrade leaves it) and what
+    /// pg_upgrade printed.
+    pub fn upgraded_to(self, new_bin: &str, conf: &[String]) -> (Cluster, String) {
+        self.stop();
+        let port = free_port();
+        let dir = cluster_dir(port);
+        let data = dir.join("data");
+        let new_major = run(
+            "postgres --version",
+            Command::new(format!("{new_bin}/postgres")).arg("--version"),
+        );
+        let mut initdb = as_postgres(&format!("{new_bin}/initdb"));
+        initdb
+            .args(["-D", data.to_str().unwrap()])
+            .args(INITDB_ARGS);
+        if major_of(&new_major) >= 18 {
+            // (18 makes data checksums by default, and pg_upgrade needs both sides alike)
+            initdb.arg("--no-data-checksums");
+        }
+        run("initdb of the new version", &mut initdb);
+        let mut lines = vec![
+            format!("port = {port}"),
+            "listen_addresses = '127.0.0.1'".to_string(),
+            format!("unix_socket_directories = '{}'", dir.display()),
+            "fsync = off".to_string(),
+            "log_min_messages = info".to_string(),
+            "shared_preload_libraries = 'indexnow'".to_string(),
+        ];
+        lines.extend(conf.iter().cloned());
+        append_conf(&data, &lines);
+        let out = as_postgres(&format!("{new_bin}/pg_upgrade"))
+            .current_dir(&dir)
+            .args(["-b", &self.bin, "-B", new_bin])
+            .args(["-d", self.data().to_str().unwrap()])
+            .args(["-D", data.to_str().unwrap()])
+            .args([
+                "-p",
+                &free_port().to_string(),
+                "-P",
+                &free_port().to_string(),
+            ])
+            .args(["-s", dir.to_str().unwrap(), "-U", "postgres"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() {
+            // (what went wrong is in its logs, which go with the folder)
+            let logs = run(
+                "pg_upgrade's logs",
+                Command::new("sh").arg("-c").arg(format!(
+                    "tail -n 20 {}/pg_upgrade_output.d/*/log/*.log",
+                    data.display()
+                )),
+            );
+            panic!("pg_upgrade failed: {said}\n{logs}");
+        }
+        let upgraded = Cluster {
+            dir,
+            port,
+            bin: new_bin.to_string(),
+        };
+        upgraded.pg_ctl(&["start", "-w", "-t", "60"]);
+        (upgraded, said)
+    }
+
     /// Runs a PostgreSQL client program (psql, pg_dump, pgbench) against this cluster.
     pub fn client_program(&self, program: &str, args: &[&str]) -> String {
         run(
             program,
-            Command::new(format!("{}/{program}", pg_bin()))
+            Command::new(format!("{}/{program}", self.bin))
                 .args([
                     "-h",
                     "127.0.0.1",
@@ -484,7 +569,7 @@ impl Drop for Cluster {
                 tail.join("\n")
             );
         }
-        let _ = as_postgres(&format!("{}/pg_ctl", pg_bin()))
+        let _ = as_postgres(&format!("{}/pg_ctl", self.bin))
             .args([
                 "-D",
                 self.data().to_str().unwrap(),
