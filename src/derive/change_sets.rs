@@ -358,6 +358,13 @@ pub struct Taken {
     pub columns: Option<Vec<String>>,
 }
 
+impl Taken {
+    /// Whether these change sets are to be derived for watch `watch`.
+    pub fn covers(&self, watch: i32) -> bool {
+        self.watches.as_ref().is_none_or(|ids| ids.contains(&watch))
+    }
+}
+
 /// Takes the oldest change set not locked by another (or, with [`Waiting::Wait`], waits for it),
 /// together with small ones after it of the same table and watches (`most` change sets in all at
 /// most, [`KEYS_AT_MOST`] keys), leaving out the change sets `passed_over` (a worker's, whose

@@ -708,11 +708,7 @@ fn unfold(
     };
     let (mut sound, mut broken) = (vec![], vec![]);
     for watch in watches_of(ext, taken.table) {
-        if taken
-            .watches
-            .as_ref()
-            .is_some_and(|ids| !ids.contains(&watch.id))
-        {
+        if !taken.covers(watch.id) {
             continue;
         }
         let no_rows = Rows::Keyed(Value::Array(vec![]));
@@ -834,11 +830,7 @@ fn derive_watches(
     let mut wrote = false;
     let mut queued = Derived::default();
     for watch in watches_of(ext, taken.table) {
-        if taken
-            .watches
-            .as_ref()
-            .is_some_and(|ids| !ids.contains(&watch.id))
-        {
+        if !taken.covers(watch.id) {
             continue;
         }
         let rows = match &taken.keys {
