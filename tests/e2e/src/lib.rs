@@ -2,14 +2,16 @@
 //! extension, optionally preloaded.
 //!
 //! Postgres refuses to run as root, and tests and CI run as root: the cluster's files belong to the
-//! `postgres` user and `initdb`/`pg_ctl` run through `sudo -u postgres`. Clients connect over TCP
-//! on 127.0.0.1 to a free port. The cluster is stopped and removed when the value is dropped. Its
+//! `postgres` user and `initdb`/`pg_ctl` run through `sudo -u postgres`. A cluster listens on a Unix
+//! socket in its own folder only, never on TCP: the version jobs of `scripts/test.sh` run side by
+//! side, and a TCP port picked free can be taken by any process's outgoing connection before the
+//! server binds it (it failed CI so); a socket in a folder of the cluster's own cannot be taken.
+//! The cluster is stopped and removed when the value is dropped. Its
 //! data directory is a copy of one `initdb` made once per PostgreSQL version ([`template_data`]).
 
 pub mod soak;
 
 use postgres::{Client, NoTls};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -80,17 +82,21 @@ fn as_postgres(program: &str) -> Command {
     c
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A port number for a new cluster: it names the cluster's socket file (and its shared memory
+/// key), and nothing listens on it over TCP. Distinct within a test process, and between test
+/// processes most of the time (a clash would cost nothing: each socket is in its own folder).
+fn next_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    20_000 + ((std::process::id() as u16).wrapping_mul(97).wrapping_add(n) % 10_000)
 }
 
-/// A new folder for a cluster on `port`, owned by the postgres user.
+/// A new folder for a cluster on `port`, owned by the postgres user: the cluster's data, its log
+/// and its socket.
 fn cluster_dir(port: u16) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("indexnow-e2e-{}-{port}", std::process::id()));
+    // (a folder left by an earlier process of the same id holds nothing this one wants)
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     run(
         "chown",
@@ -191,7 +197,7 @@ impl Cluster {
     }
 
     fn start_from(options: Options, template: bool) -> Cluster {
-        let port = free_port();
+        let port = next_port();
         let dir = cluster_dir(port);
         let data = dir.join("data");
         if template {
@@ -204,7 +210,7 @@ impl Cluster {
         }
         let mut conf = vec![
             format!("port = {port}"),
-            "listen_addresses = '127.0.0.1'".to_string(),
+            "listen_addresses = ''".to_string(),
             format!("unix_socket_directories = '{}'", dir.display()),
             "fsync = off".to_string(),
             "log_min_messages = info".to_string(),
@@ -243,13 +249,14 @@ impl Cluster {
     /// A base backup of `primary` in a new folder, not started: a standby (`-R`) or a copy, with
     /// its own port and socket folder and `conf` appended.
     fn base_backup_of(primary: &Cluster, standby: bool, conf: &[&str]) -> Cluster {
-        let port = free_port();
+        let port = next_port();
         let dir = cluster_dir(port);
         let data = dir.join("data");
         let primary_port = primary.port.to_string();
+        let primary_socket = primary.socket_dir();
         let mut args = vec![
             "-h",
-            "127.0.0.1",
+            &primary_socket,
             "-p",
             &primary_port,
             "-U",
@@ -397,9 +404,15 @@ impl Cluster {
         });
     }
 
+    /// The folder of the server's socket: the `host` clients connect to.
+    pub fn socket_dir(&self) -> String {
+        self.dir.display().to_string()
+    }
+
     pub fn conninfo(&self, db: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            "host={} port={} user=postgres dbname={db}",
+            self.socket_dir(),
             self.port
         )
     }
@@ -411,7 +424,11 @@ impl Cluster {
 
     pub fn connect_as(&self, db: &str, user: &str) -> Client {
         Client::connect(
-            &format!("host=127.0.0.1 port={} user={user} dbname={db}", self.port),
+            &format!(
+                "host={} port={} user={user} dbname={db}",
+                self.socket_dir(),
+                self.port
+            ),
             NoTls,
         )
         .unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
@@ -475,7 +492,7 @@ impl Cluster {
     /// pg_upgrade printed.
     pub fn upgraded_to(self, new_bin: &str, conf: &[String]) -> (Cluster, String) {
         self.stop();
-        let port = free_port();
+        let port = next_port();
         let dir = cluster_dir(port);
         let data = dir.join("data");
         let new_major = run(
@@ -493,7 +510,7 @@ impl Cluster {
         run("initdb of the new version", &mut initdb);
         let mut lines = vec![
             format!("port = {port}"),
-            "listen_addresses = '127.0.0.1'".to_string(),
+            "listen_addresses = ''".to_string(),
             format!("unix_socket_directories = '{}'", dir.display()),
             "fsync = off".to_string(),
             "log_min_messages = info".to_string(),
@@ -508,9 +525,9 @@ impl Cluster {
             .args(["-D", data.to_str().unwrap()])
             .args([
                 "-p",
-                &free_port().to_string(),
+                &next_port().to_string(),
                 "-P",
-                &free_port().to_string(),
+                &next_port().to_string(),
             ])
             .args(["-s", dir.to_str().unwrap(), "-U", "postgres"])
             .output()
@@ -543,7 +560,7 @@ impl Cluster {
             Command::new(format!("{}/{program}", self.bin))
                 .args([
                     "-h",
-                    "127.0.0.1",
+                    &self.socket_dir(),
                     "-p",
                     &self.port.to_string(),
                     "-U",

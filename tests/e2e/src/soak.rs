@@ -567,7 +567,7 @@ fn start_pgbench(
     Command::new(format!("{}/pgbench", pg_bin()))
         .args([
             "-h",
-            "127.0.0.1",
+            &cluster.socket_dir(),
             "-p",
             &cluster.port.to_string(),
             "-U",
