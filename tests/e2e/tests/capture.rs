@@ -390,14 +390,14 @@ fn a_repeatable_read_writer_loses_no_capture_when_a_sender_touched_the_url() {
 fn sigkill_mid_derivation_loses_nothing() {
     let cluster = Cluster::start(Options::default());
     let mut db = site(&cluster);
-    // 200,000 rows: twenty change sets, which the worker derives one transaction each.
+    // 80,000 rows: eight change sets, which the worker derives one transaction each.
     db.batch_execute(
-        "INSERT INTO pages (slug, status) SELECT 'p' || g, 'published' FROM generate_series(1, 200000) g",
+        "INSERT INTO pages (slug, status) SELECT 'p' || g, 'published' FROM generate_series(1, 80000) g",
     )
     .unwrap();
     wait_until("the worker is deriving", SECONDS(60), || {
         let left = count(&mut db, "SELECT count(*) FROM indexnow_changes");
-        left > 0 && left < 20
+        left > 0 && left < 8
     });
     let pid: i32 = db
         .query_one(
@@ -415,16 +415,14 @@ fn sigkill_mid_derivation_loses_nothing() {
             break c;
         }
     };
-    wait_until("every change set is derived", SECONDS(120), || {
+    // (a debug build beside three other versions' suites derived 10,000 rows in more than 3 s)
+    wait_until("every change set is derived", SECONDS(300), || {
         count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
     });
-    assert_eq!(
-        count(&mut db, "SELECT count(*) FROM indexnow_urls"),
-        200_000
-    );
+    assert_eq!(count(&mut db, "SELECT count(*) FROM indexnow_urls"), 80_000);
     assert_eq!(
         count(&mut db, "SELECT count(*) FROM indexnow_sources"),
-        200_000
+        80_000
     );
     assert!(cluster.log().contains("was terminated by signal 9"));
 }

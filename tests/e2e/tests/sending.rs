@@ -402,7 +402,7 @@ fn a_request_too_large_is_sent_again_in_halves() {
         .unwrap();
     queue_for_host(&mut db, "/big/", 4);
     receiver.script([status(413, None, "Payload Too Large")]); // then 200s
-                                                               let sent = count(&mut db, "SELECT sum(requests) FROM indexnow_push_now()");
+    let sent = count(&mut db, "SELECT sum(requests) FROM indexnow_push_now()");
     let sizes: Vec<(u16, usize)> = receiver
         .received()
         .iter()
