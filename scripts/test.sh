@@ -58,6 +58,55 @@ protocol() {
   cargo test -p indexnow-protocol -p indexnow-receiver
 }
 
+# The end-to-end tests of version $1; $2 is how many of the arguments after it are test name
+# filters to skip, the rest are more test files. Two processes side by side, each running its
+# tests a few at a time: the tests mostly wait (for a worker's pass, a debounce, a server's
+# start), so several at once shorten the step. sending.rs, the longest, is one of the two.
+e2e_tests() {
+  local v=$1 n=$2; shift 2
+  local skips=("${@:1:$n}") more=("${@:$((n + 1))}")
+  local e2e_logs="$logs/e2e-$v" status=0
+  mkdir -p "$e2e_logs"
+  cargo test -p indexnow-e2e --test sending -- --test-threads 4 >"$e2e_logs/sending.log" 2>&1 &
+  local sending=$!
+  cargo test -p indexnow-e2e --test capture --test foundation --test many_hosts --test staging \
+    --test restore --test upgrade "${more[@]}" -- --test-threads 2 "${skips[@]}" \
+    >"$e2e_logs/others.log" 2>&1 || status=$?
+  wait "$sending" || status=$?
+  cat "$e2e_logs/sending.log" "$e2e_logs/others.log"
+  [ "$status" = 0 ]
+}
+
+# Runs "$@" holding one of two end-to-end slots: at most two versions' end-to-end tests run at
+# once. The machine has 2 cores and the suite is bound by them: four versions' tests at once
+# (load 30) made tests that wait on a worker time out, and finished no sooner.
+with_an_e2e_slot() {
+  local slot fd
+  while :; do
+    for slot in 1 2; do
+      exec {fd}>"$logs/e2e-slot-$slot.lock"
+      if flock -n "$fd"; then
+        "$@"
+        exec {fd}>&-
+        return 0
+      fi
+      exec {fd}>&-
+    done
+    sleep 1
+  done
+}
+
+# The libraries of the earlier releases the upgrade and restore tests load (built from their
+# source archives), built ahead of the tests beside the other builds: the release before this
+# one on 15 and 18, and the first release (for 15 only) on 15.
+old_releases() {
+  local wanted=()
+  [[ " ${versions[*]} " == *" 15 "* ]] && wanted+=(first:15 previous:15)
+  [[ " ${versions[*]} " == *" 18 "* ]] && wanted+=(previous:18)
+  step "the earlier releases' libraries for the upgrade and restore tests"
+  [ ${#wanted[@]} -eq 0 ] || cargo run -q -p indexnow-e2e --bin old-releases -- "${wanted[@]}"
+}
+
 version() {
   local v=$1 pg_config tests
   pg_config=$(pg_config_of "$v")
@@ -82,19 +131,7 @@ version() {
     *) skips=(--skip an_upgrade_from_ --skip a_dump_of_the_previous_release) ;;
   esac
   cargo test -q -p indexnow-e2e --no-run
-  # Two processes side by side, each its tests a few at a time: the tests mostly wait (for a
-  # worker's pass, a debounce, a server's start), so more of them at once shortens the step
-  # without crowding the machine. sending.rs, the longest, is one of the two.
-  local e2e_logs="$logs/e2e-$v" status=0
-  mkdir -p "$e2e_logs"
-  cargo test -p indexnow-e2e --test sending -- --test-threads 4 >"$e2e_logs/sending.log" 2>&1 &
-  local sending=$!
-  cargo test -p indexnow-e2e --test capture --test foundation --test many_hosts --test staging \
-    --test restore --test upgrade "${more[@]}" -- --test-threads 3 "${skips[@]}" \
-    >"$e2e_logs/others.log" 2>&1 || status=$?
-  wait "$sending" || status=$?
-  cat "$e2e_logs/sending.log" "$e2e_logs/others.log"
-  [ "$status" = 0 ]
+  with_an_e2e_slot e2e_tests "$v" "${#skips[@]}" "${skips[@]}" "${more[@]}"
 
   step "PostgreSQL $v: the package"
   bash scripts/package.sh --debug --pg-config "$pg_config" | tee "$pgrx_dir/package-$v.txt"
@@ -114,11 +151,11 @@ version() {
   fi
 }
 
-jobs=(protocol)
+jobs=(protocol old_releases)
 for v in "${versions[@]}"; do jobs+=("pg$v"); done
 for job in "${jobs[@]}"; do
   case $job in
-    protocol) (set -euo pipefail; timed_job protocol) >"$logs/$job.log" 2>&1 & ;;
+    protocol | old_releases) (set -euo pipefail; timed_job "$job") >"$logs/$job.log" 2>&1 & ;;
     pg*) (set -euo pipefail; timed_job version "${job#pg}") >"$logs/$job.log" 2>&1 & ;;
   esac
   echo "$!" >"$logs/$job.pid"
