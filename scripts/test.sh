@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (scripts/setup.sh), then
 #   1. the IndexNow protocol rules and the local receiver (plain Rust),
-#   2. for each of PostgreSQL 15, 16, 17 and 18: the extension's pure-Rust tests and its SQL-level
-#      #[pg_test]s (cargo pgrx test), then the end-to-end tests on real clusters of that version
-#      with the extension preloaded;
+#   2. for each of PostgreSQL 15, 16, 17 and 18: the end-to-end tests on real clusters of that
+#      version with the extension preloaded; on 15 and 18 first the extension's pure-Rust tests
+#      and its SQL-level #[pg_test]s (cargo pgrx test; see `version` for why those two);
 #   3. the upgrade from the previous release and the restore of its dump on 15 and 18, and on
 #      PostgreSQL 15 also the upgrade from 0.1.0 (released for 15 only), the short soak (faults
 #      for a minute; its hour-long form is scripts/soak.sh) and the Debian package installed
@@ -110,12 +110,19 @@ old_releases() {
 version() {
   local v=$1 pg_config tests
   pg_config=$(pg_config_of "$v")
-  step "PostgreSQL $v: extension, Rust and SQL-level tests"
-  cargo pgrx test "pg$v" --runas postgres --pgdata "$pgrx_dir/data-$v"
+  # The extension's Rust and SQL-level tests (#[pg_test]) on 15 and 18: what the code does
+  # differently by version is chosen at compile time (src/compat.rs, src/capture/before_ddl.rs:
+  # 15 against the others, 18 against the others), and those two compile every branch. Every
+  # version is built and runs the end-to-end tests. (On all four, they were a third of the
+  # suite's CPU on a machine the suite keeps busy.)
+  if [ "$v" = 15 ] || [ "$v" = 18 ]; then
+    step "PostgreSQL $v: extension, Rust and SQL-level tests"
+    cargo pgrx test "pg$v" --runas postgres --pgdata "$pgrx_dir/data-$v"
+  fi
 
   step "PostgreSQL $v: install for the end-to-end tests"
-  # cargo pgrx test installed a build with the test functions; install the real one (and the
-  # older releases' scripts, for the upgrade test).
+  # (cargo pgrx test installed a build with the test functions: the real one goes over it, with
+  # the older releases' scripts, for the upgrade test)
   bash scripts/install.sh --debug --pg-config "$pg_config" >/dev/null
   export INDEXNOW_PG_BIN
   INDEXNOW_PG_BIN=$("$pg_config" --bindir)
