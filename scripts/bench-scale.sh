@@ -13,8 +13,7 @@
 #   - a bulk INSERT of BULK new rows: plain and watched (the write; then its derivation apart);
 #   - readers, each the median of ROUNDS calls: indexnow_sitemap() page 1 and its last page
 #     (50,000 URLs a page), indexnow_coverage() of the table, indexnow_explain() of one URL,
-#     and indexnow_status() with every public page pending (the table watched again with
-#     current_is_known => false);
+#     and indexnow_status() with every public page pending (every row changed and derived);
 #   - the drain of all those pending URLs by indexnow_push_now() to a local receiver that answers
 #     at once: URLs per second.
 # Single-row saves and a new session's first save are scripts/bench-capture.sh's.
@@ -80,7 +79,7 @@ echo "[bench] $ROWS rows, bulk statements of $BULK; $(nproc) cores, $(free -g | 
   "PostgreSQL $(psql -Atc 'SHOW server_version'); indexnow $(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1)"
 psql <<SQL
 CREATE EXTENSION indexnow;
-SELECT indexnow_add_host('www.example.com', '5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c');
+SELECT indexnow_add_host('www.example.com', '5f2b9c0e4d8a4b7f9e1c3a6d8b0f2e4c') \g /dev/null
 CREATE TABLE products (id int PRIMARY KEY, slug text NOT NULL, title text NOT NULL,
                        price numeric(10,2) NOT NULL, stock int NOT NULL, live boolean NOT NULL,
                        updated_at timestamptz NOT NULL);
@@ -93,7 +92,8 @@ INSERT INTO plain SELECT * FROM products;
 VACUUM ANALYZE products; VACUUM ANALYZE plain;
 SQL
 row_bytes=$(psql -Atc "SELECT round(pg_total_relation_size('products')::numeric / $ROWS)")
-echo "[bench] the content table: $row_bytes bytes a row (heap, its key, TOAST)"
+heap_bytes=$(psql -Atc "SELECT round(pg_relation_size('products')::numeric / $ROWS)")
+echo "[bench] the content table: $row_bytes bytes a row with its key ($heap_bytes in the heap)"
 
 # The watch of the whole table, as a site installs indexnow: every public page taken as known.
 psql -c "CHECKPOINT" >/dev/null
@@ -119,12 +119,12 @@ pages=$(psql -Atc "SELECT count(*) FROM products WHERE live")
 psql -c "VACUUM ANALYZE" >/dev/null
 echo "[bench] the extension's bytes per watched page ($pages public pages):"
 psql -At -F ' ' <<SQL | awk '{printf "          %-34s %8s bytes a page\n", $1, $2}'
-SELECT c.relname, round(pg_relation_size(c.oid)::numeric / $pages)
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE c.relname LIKE 'indexnow\_%' AND c.relkind IN ('r', 'i', 't') AND pg_relation_size(c.oid) > 0
-       OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relname LIKE 'indexnow\_%')
-          AND pg_relation_size(c.oid) > 0
- ORDER BY pg_relation_size(c.oid) DESC;
+SELECT relname, per_page FROM (
+  SELECT c.relname, round(pg_relation_size(c.oid)::numeric / $pages) AS per_page
+    FROM pg_class c
+   WHERE c.relname LIKE 'indexnow\_%' AND c.relkind IN ('r', 'i')
+      OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relname LIKE 'indexnow\_%')) r
+ WHERE per_page > 0 ORDER BY per_page DESC;
 SELECT 'in_all', round(sum(pg_total_relation_size(c.oid))::numeric / $pages)
   FROM pg_class c WHERE c.relname LIKE 'indexnow\_%' AND c.relkind = 'r';
 SQL
@@ -142,9 +142,9 @@ for i in $(seq "$ROUNDS"); do
   written=$((($(date +%s%N) - start) / 1000000))
   derive+=("$(ms "SELECT indexnow_derive()")")
   watched+=("$((written + ${derive[-1]}))")
-  psql -c "VACUUM products; UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason,
+  psql -c "VACUUM products" -c "UPDATE indexnow_urls SET settled_seq = request_seq, settled_reason = reason,
              last_pushed_at = now(), pushed_changed_at = changed_at, held_by = NULL
-           WHERE request_seq > settled_seq; VACUUM indexnow_urls; VACUUM indexnow_sources" >/dev/null
+           WHERE request_seq > settled_seq" -c "VACUUM indexnow_urls" -c "VACUUM indexnow_sources" >/dev/null
 done
 p=$(median "${plain[@]}") w=$(median "${watched[@]}") d=$(median "${derive[@]}")
 changed=$(awk -v b="$BULK" 'BEGIN {print int(b * 0.9)}')
@@ -158,8 +158,8 @@ w=$(ms "INSERT INTO products SELECT g + $ROWS, 'new-' || g, 'New ' || g, 1.99, 1
 d=$(ms "SELECT indexnow_derive()")
 echo "[bench] bulk INSERT of $BULK rows: plain $p ms, watched $w ms ($(ratio "$w" "$p") x); deriving it $d ms"
 psql -c "DELETE FROM products WHERE id > $ROWS; DELETE FROM plain WHERE id > $ROWS" >/dev/null
-psql -c "SELECT indexnow_derive(); DELETE FROM indexnow_urls WHERE url LIKE 'https://www.example.com/p/new-%';
-         VACUUM ANALYZE" >/dev/null
+psql -c "SELECT indexnow_derive()" -c "DELETE FROM indexnow_urls WHERE url LIKE 'https://www.example.com/p/new-%'" \
+  -c "VACUUM ANALYZE" >/dev/null
 
 # The readers.
 last_page=$(( (pages + 49999) / 50000 ))
@@ -171,12 +171,12 @@ url=$(psql -Atc "SELECT url FROM indexnow_urls ORDER BY url_hash LIMIT 1")
 echo "[bench] indexnow_explain() of one URL: $(median_ms "SELECT * FROM indexnow_explain('$url')") ms"
 echo "[bench] indexnow_status(), nothing pending: $(median_ms "SELECT * FROM indexnow_status()") ms"
 
-# Every public page pending: the table watched again, taken as unknown.
-psql -c "SELECT indexnow_unwatch('products')" >/dev/null
-psql -c "DELETE FROM indexnow_urls; VACUUM indexnow_urls" >/dev/null
-psql -c "SELECT indexnow_watch('products', url => 'https://www.example.com/p/{slug}', visible => 'live',
-                               current_is_known => false)" >/dev/null
-psql -c "SELECT indexnow_derive(); VACUUM ANALYZE" >/dev/null
+# Every public page pending: a change to every row (a site-wide template field), derived.
+psql -c "UPDATE products SET title = title || '!'" >/dev/null
+start=$(date +%s%N)
+psql -c "SELECT indexnow_derive()" >/dev/null
+echo "[bench] every row changed, derived in $((($(date +%s%N) - start) / 1000000)) ms"
+psql -c "VACUUM ANALYZE" >/dev/null
 pending=$(psql -Atc "SELECT count(*) FROM indexnow_urls WHERE request_seq > settled_seq")
 echo "[bench] indexnow_status(), $pending URLs pending: $(median_ms "SELECT * FROM indexnow_status()") ms"
 echo "[bench] indexnow_explain() of one pending URL: $(median_ms "SELECT * FROM indexnow_explain('$url')") ms"
