@@ -108,7 +108,7 @@ old_releases() {
 }
 
 version() {
-  local v=$1 pg_config tests
+  local v=$1 pg_config
   pg_config=$(pg_config_of "$v")
   # The extension's Rust and SQL-level tests (#[pg_test]) on 15 and 18: what the code does
   # differently by version is chosen at compile time (src/compat.rs, src/capture/before_ddl.rs:

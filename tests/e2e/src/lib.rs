@@ -105,6 +105,18 @@ fn cluster_dir(port: u16) -> PathBuf {
     dir
 }
 
+/// The postgresql.conf lines of a new test server on `port` in folder `dir`: its socket there and
+/// no TCP (see the module's comment), no fsync, LOG lines kept.
+fn server_conf(port: u16, dir: &std::path::Path) -> Vec<String> {
+    vec![
+        format!("port = {port}"),
+        "listen_addresses = ''".to_string(),
+        format!("unix_socket_directories = '{}'", dir.display()),
+        "fsync = off".to_string(),
+        "log_min_messages = info".to_string(),
+    ]
+}
+
 /// Appends `lines` to the cluster's postgresql.conf (later lines win).
 fn append_conf(data: &std::path::Path, lines: &[String]) {
     let conf_path = data.join("postgresql.conf");
@@ -211,13 +223,7 @@ impl Cluster {
         } else {
             initdb(&data);
         }
-        let mut conf = vec![
-            format!("port = {port}"),
-            "listen_addresses = ''".to_string(),
-            format!("unix_socket_directories = '{}'", dir.display()),
-            "fsync = off".to_string(),
-            "log_min_messages = info".to_string(),
-        ];
+        let mut conf = server_conf(port, &dir);
         if options.preload {
             conf.push("shared_preload_libraries = 'indexnow'".to_string());
         }
@@ -511,14 +517,8 @@ impl Cluster {
             initdb.arg("--no-data-checksums");
         }
         run("initdb of the new version", &mut initdb);
-        let mut lines = vec![
-            format!("port = {port}"),
-            "listen_addresses = ''".to_string(),
-            format!("unix_socket_directories = '{}'", dir.display()),
-            "fsync = off".to_string(),
-            "log_min_messages = info".to_string(),
-            "shared_preload_libraries = 'indexnow'".to_string(),
-        ];
+        let mut lines = server_conf(port, &dir);
+        lines.push("shared_preload_libraries = 'indexnow'".to_string());
         lines.extend(conf.iter().cloned());
         append_conf(&data, &lines);
         let out = as_postgres(&format!("{new_bin}/pg_upgrade"))
