@@ -93,14 +93,14 @@ DECLARE
   the_host text;
 BEGIN
   SELECT x.url, x.url_hash, x.host,
-         md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug, 'title', r.title,
-                                                  'body', r.body, 'live', r.live))::text)
+         ('x' || left(md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug,
+           'title', r.title, 'body', r.body, 'live', r.live))::text), 16))::bit(64)::bigint
     INTO the_url, the_hash, the_host, fp
     FROM plain r CROSS JOIN LATERAL
          _indexnow_capture_target('https://www.example.com/w/' || r.slug, r.live) x
    WHERE r.id = k;
   PERFORM FROM indexnow_sources
-    WHERE watch_id = $watch_id AND row_key = rk AND url_hash = the_hash AND fingerprint <> fp;
+    WHERE watch_id = $watch_id AND row_key = rk AND url_hash = the_hash AND fingerprint64 <> fp;
   IF FOUND THEN
     INSERT INTO indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at,
                                     available_at, watch_id)
@@ -112,7 +112,7 @@ BEGIN
     ON CONFLICT (url_hash) DO UPDATE SET reason = excluded.reason, changed_at = excluded.changed_at,
        queued_at = excluded.queued_at, available_at = excluded.available_at,
        request_seq = u.request_seq + 1;
-    UPDATE indexnow_sources SET fingerprint = fp WHERE watch_id = $watch_id AND row_key = rk;
+    UPDATE indexnow_sources SET fingerprint64 = fp WHERE watch_id = $watch_id AND row_key = rk;
   END IF;
 END \$\$;
 SQL
@@ -124,32 +124,34 @@ SQL
 # sources updated. The same tables as indexnow's, under a watch id no watch has (-1), and its
 # URLs under /b/: nothing of the real watch's is touched. Baseline: the live rows as known.
 psql <<SQL
-INSERT INTO indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, since)
-SELECT -1, jsonb_build_array(r.id), x.url_hash, x.url, x.host,
-       md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug, 'title', r.title,
-                                                'body', r.body, 'live', r.live))::text),
-       '-infinity'
+CREATE TEMP TABLE bare_known AS
+SELECT jsonb_build_array(r.id) AS row_key, x.url_hash, x.url, x.host,
+       ('x' || left(md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug,
+         'title', r.title, 'body', r.body, 'live', r.live))::text), 16))::bit(64)::bigint
+         AS fp
   FROM bare r CROSS JOIN LATERAL
        _indexnow_capture_target('https://www.example.com/b/' || r.slug, r.live) x
  WHERE x.url_hash IS NOT NULL;
+INSERT INTO indexnow_sources (watch_id, row_key, url_hash, fingerprint64, since)
+SELECT -1, row_key, url_hash, fp, '-infinity' FROM bare_known;
 INSERT INTO indexnow_urls (url, url_hash, host, reason, changed_at, queued_at, available_at,
                            settled_seq, settled_reason, last_pushed_at)
 SELECT url, url_hash, host, 'created', now(), now(), now(), 1, 'created', now()
-  FROM indexnow_sources WHERE watch_id = -1;
+  FROM bare_known;
 VACUUM ANALYZE indexnow_sources; VACUUM ANALYZE indexnow_urls;
 CREATE FUNCTION least_derive(keys jsonb, with_sources boolean) RETURNS bigint
 LANGUAGE sql AS \$\$
   WITH r AS (
     SELECT k.row_key, x.url, x.url_hash, x.host,
-           md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug, 'title', r.title,
-                                                    'body', r.body, 'live', r.live))::text) AS fp
+           ('x' || left(md5(jsonb_strip_nulls(jsonb_build_object('id', r.id, 'slug', r.slug,
+             'title', r.title, 'body', r.body, 'live', r.live))::text), 16))::bit(64)::bigint AS fp
       FROM (SELECT e AS row_key FROM jsonb_array_elements(keys) e) k
       JOIN bare r ON r.id = (k.row_key ->> 0)::int
       CROSS JOIN LATERAL
            _indexnow_capture_target('https://www.example.com/b/' || r.slug, r.live) x),
   ch AS (
     SELECT r.* FROM r JOIN indexnow_sources s ON s.watch_id = -1 AND s.row_key = r.row_key
-     WHERE s.url_hash = r.url_hash AND s.fingerprint <> r.fp),
+     WHERE s.url_hash = r.url_hash AND s.fingerprint64 <> r.fp),
   q AS (
     INSERT INTO indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at,
                                     available_at)
@@ -159,7 +161,7 @@ LANGUAGE sql AS \$\$
        available_at = excluded.available_at, request_seq = u.request_seq + 1
     RETURNING 1),
   s AS (
-    UPDATE indexnow_sources s SET fingerprint = ch.fp FROM ch
+    UPDATE indexnow_sources s SET fingerprint64 = ch.fp FROM ch
      WHERE with_sources AND s.watch_id = -1 AND s.row_key = ch.row_key
     RETURNING 1)
   SELECT (SELECT count(*) FROM q) + (SELECT count(*) FROM s)

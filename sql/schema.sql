@@ -175,17 +175,24 @@ CREATE TABLE indexnow_changes (
 CREATE INDEX indexnow_changes_xact ON indexnow_changes (xact);
 
 -- What each watch last derived from each row that gave it a public URL (live or scheduled): the
--- URL, the fingerprint of the row's public columns and its publication time. A derivation
--- compares the row as it is now with this, not with the row's old version: a URL that no row
--- gives any more is a removal if search engines were told of it while this row gave it (the
--- queue's last push is later than `since`), and a cancelled request if they never were.
+-- URL (by its hash: the text is kept once, in the URL's queue row, which every source has), the
+-- fingerprint of the row's public columns and its publication time. A derivation compares the row
+-- as it is now with this, not with the row's old version: a URL that no row gives any more is a
+-- removal if search engines were told of it while this row gave it (the queue's last push is
+-- later than `since`), and a cancelled request if they never were.
+--
+-- One row a watched page, so its width is what a site pays a page: no URL text, no host (both in
+-- indexnow_urls), an 8-byte fingerprint. The three text columns are NULL: they are kept, nullable,
+-- for the restore of a dump made by 0.7.0 or earlier, whose COPY names them (a row restored so
+-- holds its URL, host and md5 text until it is derived again: src/derive/statements.rs,
+-- `kept_fingerprint`).
 CREATE TABLE indexnow_sources (
     watch_id    integer NOT NULL,
     row_key     jsonb NOT NULL,                     -- the row's primary key, [value, ...]
-    url_hash    bytea NOT NULL,
-    url         text NOT NULL,
-    host        text NOT NULL,
-    fingerprint text NOT NULL,
+    url_hash    bytea NOT NULL,                     -- the URL's queue row (indexnow_urls)
+    url         text,                               -- NULL (a dump of 0.7.0 or earlier: the URL)
+    host        text,                               -- NULL (the same: the URL's host)
+    fingerprint text,                               -- NULL (the same: the md5 as text)
     publish_at  timestamptz,
     since       timestamptz NOT NULL,               -- since when this row gives this URL
                                                     --   (-infinity: public before it was watched)
@@ -196,11 +203,16 @@ CREATE TABLE indexnow_sources (
     -- of a withdrawn page. The workers derive the rows whose time has come (`record_woken` in
     -- src/derive/change_sets.rs).
     wake_at     timestamptz,
+    -- The fingerprint of the row's public columns: the first 8 bytes of their md5
+    -- (src/derive/statements.rs, `fingerprint_of`); NULL in a row restored from an older dump.
+    fingerprint64 bigint,
     PRIMARY KEY (watch_id, row_key)
 ) WITH (fillfactor = 70);
 -- fillfactor: a content change rewrites the row's fingerprint only (neither indexed column), and
--- with room on the page that update is HOT. Measured, deriving 10,000 changed rows: the sources
--- upsert took 295 ms at the default fillfactor, 173 ms at 70.
+-- with room on the page that update is HOT. Measured on 1,000,000 sources, 200,000 fingerprints
+-- rewritten: 1.0 s at 70, 3.6-4.0 s at the default (every update a new tuple on another page and
+-- an entry in both indexes), and after two such rounds the table at the default fillfactor was as
+-- large as at 70 (141.6 and 143.7 bytes a row).
 CREATE INDEX indexnow_sources_url ON indexnow_sources (url_hash);
 CREATE INDEX indexnow_sources_wake ON indexnow_sources (wake_at) WHERE wake_at IS NOT NULL;
 

@@ -2,9 +2,9 @@
 //! application to serve (as it serves the key file), for the search engines that take no
 //! IndexNow and read sitemaps.
 //!
-//! The URLs are those the watches' derivation holds public now (`indexnow_sources`: not
-//! scheduled, not withdrawn), so a page appears once it is public and leaves when it is not, as
-//! it is announced and removed. `<lastmod>` is the last content change the derivation saw (the
+//! The URLs are those the watches' derivation holds public now (given by `indexnow_sources`: not
+//! scheduled, not withdrawn; their text is the queue row's), so a page appears once it is public
+//! and leaves when it is not, as it is announced and removed. `<lastmod>` is the last content change the derivation saw (the
 //! queue row's `changed_at`); a page only known from the watch's baseline, whose last change no
 //! one saw, has none: a lastmod is worth something only where it is true.
 //!
@@ -67,19 +67,21 @@ fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> Str
     urlset(&rows)
 }
 
-/// The public URLs of host `$1`, each once, with its lastmod in W3C form (UTC) or NULL.
+/// The public URLs of host `$1`, each once, with its lastmod in W3C form (UTC) or NULL: the queue
+/// rows of the host (one a URL, with its text) that a source of an active watch gives public now.
 fn public_urls(ext: &str) -> String {
     format!(
-        "SELECT DISTINCT ON (s.url) s.url, \
+        "SELECT u.url, \
                 CASE WHEN u.last_pushed_at IS NULL AND u.request_seq = u.settled_seq \
                      THEN NULL \
                      ELSE pg_catalog.to_char(u.changed_at AT TIME ZONE 'UTC', \
                                              'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"') END AS lastmod \
-           FROM {ext}.indexnow_sources s \
-           JOIN {ext}.indexnow_watches w ON w.id = s.watch_id AND w.active \
-           LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = s.url_hash \
-          WHERE s.host = $1 AND NOT s.withdrawn \
-            AND NOT coalesce(s.publish_at > pg_catalog.now(), false)"
+           FROM {ext}.indexnow_urls u \
+          WHERE u.host = $1 AND EXISTS ( \
+                SELECT FROM {ext}.indexnow_sources s \
+                  JOIN {ext}.indexnow_watches w ON w.id = s.watch_id AND w.active \
+                 WHERE s.url_hash = u.url_hash AND NOT s.withdrawn \
+                   AND NOT coalesce(s.publish_at > pg_catalog.now(), false))"
     )
 }
 

@@ -1088,9 +1088,9 @@ pub fn vacate_inactive(ext: &str, table: pg_sys::Oid, reason: Reason) -> i64 {
         "WITH w AS (SELECT id FROM {ext}.indexnow_watches \
                      WHERE tbl = $1::pg_catalog.oid::pg_catalog.regclass AND NOT active), \
          gs AS (DELETE FROM {ext}.indexnow_sources s USING w WHERE s.watch_id = w.id \
-                RETURNING s.url_hash, s.url, s.host, s.since), \
+                RETURNING s.url_hash, s.since), \
          gone AS ( \
-           SELECT DISTINCT ON (g.url_hash) g.url_hash, g.url, g.host, u.request_seq, \
+           SELECT DISTINCT ON (g.url_hash) g.url_hash, u.url, u.host, u.request_seq, \
                   {told_of} AS announced \
              FROM gs g JOIN {ext}.indexnow_urls u ON u.url_hash = g.url_hash \
             WHERE NOT EXISTS (SELECT FROM {ext}.indexnow_sources s \

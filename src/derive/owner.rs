@@ -41,17 +41,17 @@ type WatchRow = (
     Option<bool>,
     Option<TimestampWithTimeZone>,
     Option<TimestampWithTimeZone>,
-    Option<String>,
+    Option<i64>,
 );
 
 /// The rows of watch `watch_id` whose keys are in `keys` (all rows when NULL), with what each
-/// derives to, evaluated with the rights of the role that made the watch. (Its C symbol changed
-/// with its columns in 0.5.0: a database whose SQL still declares the earlier columns, between a
-/// restart onto this library and the update, finds no function under the old symbol rather than
-/// rows of another shape.)
+/// derives to, evaluated with the rights of the role that made the watch. (Its C symbol changes
+/// with its columns, as in 0.5.0 and 0.8.0, where the fingerprint became a bigint: a database
+/// whose SQL still declares the earlier columns, between a restart onto this library and the
+/// update, calls the old symbol, which refuses, rather than getting rows of another shape.)
 #[pg_extern(name = "_indexnow_watch_rows", stable, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
-fn rows_of_watch(
+fn rows_of_watch_fingerprinted(
     watch_id: i32,
     keys: Option<JsonB>,
 ) -> TableIterator<
@@ -63,7 +63,7 @@ fn rows_of_watch(
         name!(vis, Option<bool>),
         name!(pub_at, Option<TimestampWithTimeZone>),
         name!(exp_at, Option<TimestampWithTimeZone>),
-        name!(fp, Option<String>),
+        name!(fp, Option<i64>),
     ),
 > {
     let ext = crate::extension::schema();
@@ -111,6 +111,33 @@ fn rows_of_watch(
         super::settings::with_settings(&settings, || read_in_this_snapshot(sql, keys))
     });
     TableIterator::new(rows)
+}
+
+/// `_indexnow_watch_rows()` as 0.5.0 to 0.7.0 declare it, by C symbol (a text fingerprint):
+/// refused with the hint to update. The upgrade scripts before 0.8.0's create it under this
+/// symbol, and PostgreSQL looks the symbol up when a script creates the function, so the chain of
+/// upgrades from an earlier release needs it to be there; nothing derives before the update.
+///
+/// # Safety
+/// Called by PostgreSQL through the version-1 calling convention; reads no argument.
+#[pg_guard]
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub unsafe extern "C-unwind" fn rows_of_watch_wrapper(
+    _fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    crate::extension::require_current_version();
+    error!(
+        "indexnow: this database's _indexnow_watch_rows() is not this library's: run ALTER \
+         EXTENSION indexnow UPDATE"
+    )
+}
+
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_rows_of_watch_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
 }
 
 thread_local! {
@@ -167,6 +194,7 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
             let (vis, vis_null) = column(4);
             let (pub_at, pub_at_null) = column(5);
             let (exp_at, exp_at_null) = column(6);
+            let (fp, fp_null) = column(7);
             rows.push((
                 text(1),
                 bool::from_datum(present, present_null).unwrap_or(false),
@@ -174,7 +202,7 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
                 bool::from_datum(vis, vis_null),
                 TimestampWithTimeZone::from_datum(pub_at, pub_at_null),
                 TimestampWithTimeZone::from_datum(exp_at, exp_at_null),
-                text(7),
+                i64::from_datum(fp, fp_null),
             ));
         }
         pg_sys::SPI_finish();

@@ -164,10 +164,11 @@ pub fn edited_in_place(ext: &str) -> String {
          c AS (SELECT w.row_key, x.url, x.url_hash, x.host, w.pub_at, w.exp_at, w.fp \
                  FROM w CROSS JOIN LATERAL {ext}._indexnow_capture_target(w.url, w.vis) x), \
          ch AS ( \
-           UPDATE {ext}.indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at \
+           UPDATE {ext}.indexnow_sources s SET fingerprint64 = c.fp, publish_at = c.pub_at, \
+                  {OLDER_DUMPS_COLUMNS_CLEARED} \
              FROM c \
             WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash \
-              AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) \
+              AND ({kept} IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) \
               AND NOT s.withdrawn AND s.wake_at IS NOT DISTINCT FROM c.exp_at \
               AND NOT coalesce(c.pub_at > now(), false) \
            RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
@@ -187,6 +188,7 @@ pub fn edited_in_place(ext: &str) -> String {
                 (SELECT count(*) FROM q WHERE reason = 'changed'), \
                 EXISTS (SELECT FROM ch)",
         live_request = live_request(),
+        kept = kept_fingerprint("s"),
     )
 }
 
@@ -221,19 +223,46 @@ fn columns_object(columns: &[String], alias: &str) -> String {
         .join(" || ")
 }
 
-/// The fingerprint of row `r` over `columns` and `more` (jsonb objects): the md5 of one jsonb
-/// object, NULLs left out (a column added without a default changes no fingerprint).
+/// The fingerprint of row `r` over `columns` and `more` (jsonb objects): the first 8 bytes of
+/// the md5 of one jsonb object, NULLs left out (a column added without a default changes no
+/// fingerprint), as a bigint: a source is one row a page, and 8 bytes tell a change from none as
+/// well as 16 (a change missed once in 2^64). md5 and not a built-in hash: its value is the same
+/// on every platform and version, so a restored or upgraded database takes no page for changed.
+/// 0 when nothing is counted.
 fn fingerprint_of(columns: &[String], more: &[String]) -> String {
     if columns.is_empty() && more.is_empty() {
-        return "''".into();
+        return "0::pg_catalog.int8".into();
     }
     let objects = std::iter::once(columns_object(columns, "r"))
         .filter(|_| !columns.is_empty())
         .chain(more.iter().cloned())
         .collect::<Vec<_>>()
         .join(" || ");
-    format!("pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)")
+    first_8_bytes(&format!(
+        "pg_catalog.md5(pg_catalog.jsonb_strip_nulls({objects})::text)"
+    ))
 }
+
+/// The first 8 bytes of the md5 (as hex text) `md5`, as a bigint.
+fn first_8_bytes(md5: &str) -> String {
+    format!(
+        "('x' OPERATOR(pg_catalog.||) pg_catalog.left({md5}, 16))::pg_catalog.bit(64)::pg_catalog.int8"
+    )
+}
+
+/// The fingerprint source `alias` holds: `fingerprint64`, or for a source restored from a dump of
+/// 0.7.0 or earlier (whose `COPY` fills the text columns, kept for it) the same 8 bytes of its
+/// md5 text, so that a restore of an older dump takes no page for changed.
+fn kept_fingerprint(alias: &str) -> String {
+    format!(
+        "coalesce({alias}.fingerprint64, CASE WHEN {alias}.fingerprint = '' THEN 0::pg_catalog.int8 \
+                                              ELSE {} END)",
+        first_8_bytes(&format!("{alias}.fingerprint"))
+    )
+}
+
+/// A source written now drops what a dump of 0.7.0 or earlier put in its text columns.
+const OLDER_DUMPS_COLUMNS_CLEARED: &str = "url = NULL, host = NULL, fingerprint = NULL";
 
 impl WatchDefinition {
     pub fn statements(&self) -> Statements {
@@ -368,10 +397,11 @@ impl WatchDefinition {
         let now = self.fingerprint_expr();
         format!(
             "WITH f AS ( \
-               UPDATE {ext}.indexnow_sources s SET fingerprint = {now} \
+               UPDATE {ext}.indexnow_sources s SET fingerprint64 = {now}, \
+                      {OLDER_DUMPS_COLUMNS_CLEARED} \
                  FROM {table} r \
                 WHERE s.watch_id = {id} AND s.row_key = {row_key} \
-                  AND s.fingerprint = {before} AND s.fingerprint <> {now} \
+                  AND {kept} = {before} AND {kept} <> {now} \
                RETURNING 1) \
              SELECT count(*) FROM f",
             ext = self.ext,
@@ -379,6 +409,7 @@ impl WatchDefinition {
             id = self.watch_id,
             row_key = row_key(&self.key_names(), "r"),
             before = self.fingerprint_over(before),
+            kept = kept_fingerprint("s"),
         )
     }
 
@@ -510,8 +541,8 @@ impl WatchDefinition {
                       coalesce(c.vis, false) AS vis, \
                       c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, \
                       c.fp AS new_fp, c.pub_at AS new_pub_at, \
-                      p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, \
-                      p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, \
+                      p.url_hash AS old_hash, \
+                      {kept} AS old_fp, p.publish_at AS old_pub_at, p.since, \
                       p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, \
                       CASE WHEN c.pub_at > now() THEN EXISTS ( \
                              SELECT FROM {ext}.indexnow_urls u \
@@ -554,15 +585,15 @@ impl WatchDefinition {
                 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), \
              given AS (SELECT DISTINCT new_hash FROM pr WHERE new_hash IS NOT NULL), \
              gu AS ( \
-               SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, \
-                      u.last_pushed_at, u.tried_at \
+               SELECT u.url_hash, u.url, u.host, u.request_seq, u.settled_seq, \
+                      u.settled_reason, u.last_pushed_at, u.tried_at \
                  FROM {ext}.indexnow_urls u \
                 WHERE u.url_hash IN (SELECT old_hash FROM pr WHERE old_hash IS NOT NULL \
                                         AND old_hash IS DISTINCT FROM new_hash) \
                 ORDER BY u.url_hash FOR NO KEY UPDATE OF u), \
              gone AS ( \
-               SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, \
-                      pr.old_host AS host, u.request_seq, \
+               SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, u.url, u.host, \
+                      u.request_seq, \
                       CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' \
                            ELSE {hidden} END AS reason, \
                       ({told_of}) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT {known_live} \
@@ -595,10 +626,9 @@ impl WatchDefinition {
                RETURNING 1), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources AS s \
-                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, \
-                  withdrawn, wake_at) \
-               SELECT {id}, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, \
-                      ch.new_pub_at, \
+                 (watch_id, row_key, url_hash, fingerprint64, publish_at, since, withdrawn, \
+                  wake_at) \
+               SELECT {id}, ch.row_key, ch.new_hash, ch.new_fp, ch.new_pub_at, \
                       CASE WHEN ch.old_hash = ch.new_hash THEN ch.since \
                            WHEN {known_live} THEN coalesce(u.last_pushed_at, '-infinity') \
                            WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') \
@@ -607,7 +637,7 @@ impl WatchDefinition {
                       ch.withdraw, ch.new_wake \
                  FROM ch LEFT JOIN {ext}.indexnow_urls u ON u.url_hash = ch.new_hash \
                ON CONFLICT (watch_id, row_key) DO UPDATE SET url_hash = excluded.url_hash, \
-                  url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, \
+                  fingerprint64 = excluded.fingerprint64, {OLDER_DUMPS_COLUMNS_CLEARED}, \
                   publish_at = excluded.publish_at, since = excluded.since, \
                   withdrawn = excluded.withdrawn, wake_at = excluded.wake_at \
                RETURNING 1), \
@@ -628,6 +658,7 @@ impl WatchDefinition {
             rows = self.read_rows(keyed),
             current = self.current(),
             told_of = told_of_since("u", "pr.since"),
+            kept = kept_fingerprint("p"),
             known_live = known_live("u"),
         )
     }
@@ -662,9 +693,8 @@ impl WatchDefinition {
                       AND url_hash NOT IN (SELECT url_hash FROM told)), \
              kept AS ( \
                INSERT INTO {ext}.indexnow_sources \
-                 (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, \
-                  wake_at) \
-               SELECT {id}, row_key, url_hash, url, host, fp, pub_at, \
+                 (watch_id, row_key, url_hash, fingerprint64, publish_at, since, wake_at) \
+               SELECT {id}, row_key, url_hash, fp, pub_at, \
                       CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, \
                       exp_at FROM pub \
                ON CONFLICT (watch_id, row_key) DO NOTHING RETURNING 1), \

@@ -7,9 +7,9 @@ FROM "public"._indexnow_watch_rows($2, $1)
 WHERE present), c AS (SELECT w.row_key, x.url, x.url_hash, x.host, w.pub_at, w.exp_at, w.fp
 FROM w
 CROSS JOIN LATERAL "public"._indexnow_capture_target(w.url, w.vis) x), ch AS (
-UPDATE "public".indexnow_sources s SET fingerprint = c.fp, publish_at = c.pub_at
+UPDATE "public".indexnow_sources s SET fingerprint64 = c.fp, publish_at = c.pub_at, url = NULL, host = NULL, fingerprint = NULL
 FROM c
-WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash AND (s.fingerprint IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) AND NOT s.withdrawn AND s.wake_at IS NOT DISTINCT FROM c.exp_at AND NOT coalesce(c.pub_at > now(), false)
+WHERE s.watch_id = $2 AND s.row_key = c.row_key AND s.url_hash = c.url_hash AND (coalesce(s.fingerprint64, CASE WHEN s.fingerprint = '' THEN 0::pg_catalog.int8 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.left(s.fingerprint, 16))::pg_catalog.bit(64)::pg_catalog.int8 END) IS DISTINCT FROM c.fp OR s.publish_at IS DISTINCT FROM c.pub_at) AND NOT s.withdrawn AND s.wake_at IS NOT DISTINCT FROM c.exp_at AND NOT coalesce(c.pub_at > now(), false)
 RETURNING c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.pub_at AS new_pub_at), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
 SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, $2, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())

@@ -6,12 +6,12 @@ SELECT indexnow_asked.row_key::text, x.row_key IS NOT NULL, x.url, x.vis, x.pub_
 FROM (SELECT DISTINCT pg_catalog.jsonb_build_array((e ->> 0)::integer) AS row_key
 FROM pg_catalog.jsonb_array_elements($1) e) indexnow_asked
 LEFT JOIN LATERAL (
-SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT indexnow_asked.row_key, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, ('x' OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text), 16))::pg_catalog.bit(64)::pg_catalog.int8 AS fp
 FROM public.pages r
 WHERE r."id" = (indexnow_asked.row_key ->> 0)::integer) x ON true;
 
 -- rows_all
-SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text) AS fp
+SELECT pg_catalog.jsonb_build_array(r."id")::text, true, 'https://www.example.com/th/' || "public"._indexnow_url_part(r."slug"::text) AS url, coalesce((status = 'published' AND NOT noindex), false) AS vis, "public"._indexnow_publish_time(r."published_at", 'UTC') AS pub_at, NULL::timestamptz AS exp_at, ('x' OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.md5(pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('id', r."id", 'slug', r."slug", 'category', r."category", 'title', r."title", 'body', r."body", 'status', r."status", 'noindex', r."noindex", 'published_at', r."published_at"))::text), 16))::pg_catalog.bit(64)::pg_catalog.int8 AS fp
 FROM public.pages r;
 
 -- derive_keys
@@ -24,7 +24,7 @@ FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM k
 JOIN "public".indexnow_sources s ON s.watch_id = 1 AND s.row_key = k.row_key), pr AS (
-SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
+SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url_hash AS old_hash, coalesce(p.fingerprint64, CASE WHEN p.fingerprint = '' THEN 0::pg_catalog.int8 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.left(p.fingerprint, 16))::pg_catalog.bit(64)::pg_catalog.int8 END) AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
 WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
@@ -46,14 +46,14 @@ WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
+SELECT u.url_hash, u.url, u.host, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, u.url, u.host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
@@ -79,12 +79,12 @@ UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reas
 FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
-INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, withdrawn, wake_at)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
+INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, fingerprint64, publish_at, since, withdrawn, wake_at)
+SELECT 1, ch.row_key, ch.new_hash, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
-DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
+DO UPDATE SET url_hash = excluded.url_hash, fingerprint64 = excluded.fingerprint64, url = NULL, host = NULL, fingerprint = NULL, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
 WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
@@ -113,7 +113,7 @@ FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
 FROM "public".indexnow_sources s
 WHERE s.watch_id = 1), pr AS (
-SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url AS old_url, p.url_hash AS old_hash, p.host AS old_host, p.fingerprint AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
+SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url_hash AS old_hash, coalesce(p.fingerprint64, CASE WHEN p.fingerprint = '' THEN 0::pg_catalog.int8 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.left(p.fingerprint, 16))::pg_catalog.bit(64)::pg_catalog.int8 END) AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
 WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
@@ -135,14 +135,14 @@ WHERE ch.requested
 ORDER BY ch.new_hash, ch.new_pub_at NULLS FIRST), given AS (SELECT DISTINCT new_hash
 FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
-SELECT u.url_hash, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
+SELECT u.url_hash, u.url, u.host, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
 WHERE u.url_hash IN (SELECT old_hash
 FROM pr
 WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
-SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, pr.old_url AS url, pr.old_host AS host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
+SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, u.url, u.host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
 WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
@@ -168,12 +168,12 @@ UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reas
 FROM gone g
 WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
-INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, withdrawn, wake_at)
-SELECT 1, ch.row_key, ch.new_hash, ch.new_url, ch.new_host, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
+INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, fingerprint64, publish_at, since, withdrawn, wake_at)
+SELECT 1, ch.row_key, ch.new_hash, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
 FROM ch
 LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
-DO UPDATE SET url_hash = excluded.url_hash, url = excluded.url, host = excluded.host, fingerprint = excluded.fingerprint, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
+DO UPDATE SET url_hash = excluded.url_hash, fingerprint64 = excluded.fingerprint64, url = NULL, host = NULL, fingerprint = NULL, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
 DELETE FROM "public".indexnow_sources s USING pr
 WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
@@ -214,8 +214,8 @@ WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (
-INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, wake_at)
-SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
+INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, fingerprint64, publish_at, since, wake_at)
+SELECT 1, row_key, url_hash, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
 FROM pub
 ON CONFLICT (watch_id, row_key)
 DO NOTHING
@@ -265,8 +265,8 @@ WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (
-INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, url, host, fingerprint, publish_at, since, wake_at)
-SELECT 1, row_key, url_hash, url, host, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
+INSERT INTO "public".indexnow_sources (watch_id, row_key, url_hash, fingerprint64, publish_at, since, wake_at)
+SELECT 1, row_key, url_hash, fp, pub_at, CASE WHEN pub_at > now() THEN clock_timestamp() ELSE '-infinity' END, exp_at
 FROM pub
 ON CONFLICT (watch_id, row_key)
 DO NOTHING

@@ -24,7 +24,7 @@ use postgres::Client;
 use std::time::Duration;
 
 const SECONDS: fn(u64) -> Duration = Duration::from_secs;
-const CURRENT: &str = "0.7.0";
+const CURRENT: &str = "0.8.0";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
@@ -378,6 +378,22 @@ fn upgrade_from(previous: &str, status_columns: i64) {
         sent_urls(&receiver).len() == 6
     });
     wait_until_settled(&mut db, "the unpublish is recorded", SECONDS(30));
+    // What the watches derived before the update was converted, not lost or made anew (0.8.0
+    // turned each source's fingerprint into 8 bytes of it): a reconcile of each watched table
+    // finds every page as it was.
+    for table in ["pages", "books"] {
+        assert_eq!(
+            count(
+                &mut db,
+                &format!(
+                    "SELECT coalesce(sum(created + changed + gone), 0)::int8 \
+                       FROM indexnow_reconcile('{table}')"
+                )
+            ),
+            0,
+            "a reconcile of {table} after the update from {previous} found pages changed"
+        );
+    }
     let (queue_before, history_before) = before;
     let (queue_after, history_after) = queue_and_history(&mut db);
     assert!(
