@@ -13,7 +13,8 @@
 #          PER_HOST (default 20) due URLs each, the receiver answering every request after 50 ms
 #          and one host's after 2 s; sent by one worker with indexnow.max_in_flight = 1 and then
 #          the default (32): the time until everything is sent, requests per second, when every
-#          host but the slow one was done, and the worker's peak heap
+#          host but the slow one was done, and the worker's peak heap (IN_FLIGHT, default
+#          "1 32", the max_in_flight values to send with, in turn)
 # Goals: drain >= 50,000 URLs/s and < 64 MiB; idle pass < 1 ms; hosts >= 500 requests/s at
 # 50 ms, the slow host delaying the others by at most its own time.
 set -euo pipefail
@@ -56,7 +57,9 @@ heap_kib() {
 if [ "$MODE" = hosts ]; then
   HOSTS=${HOSTS:-1000}
   PER_HOST=${PER_HOST:-20}
-  slow=$(printf 'h%04d.example.com' $((HOSTS / 2)))
+  # (host names of one width, so that none is cut short: h0001 ... h1000, h00001 ... h10000)
+  width=$(( ${#HOSTS} > 4 ? ${#HOSTS} : 4 ))
+  slow=$(printf 'h%0*d.example.com' "$width" $((HOSTS / 2)))
   echo "[bench] $HOSTS hosts x $PER_HOST URLs, answers after 50 ms ($slow: 2 s); $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
   psql -o /dev/null -c "CREATE EXTENSION indexnow"
   receiver PUT /__latency '{"ms": 50}'
@@ -66,9 +69,9 @@ if [ "$MODE" = hosts ]; then
     local limit=$1 pid peak=0 kib start end sent
     psql -o /dev/null <<SQL
 TRUNCATE indexnow_urls, indexnow_pushes;
-SELECT indexnow_add_host(format('h%s.example.com', lpad(h::text, 4, '0')), 'benchkey-' || h)
+SELECT indexnow_add_host(format('h%s.example.com', lpad(h::text, $width, '0')), 'benchkey-' || h)
   FROM generate_series(1, $HOSTS) h;
-SELECT count(indexnow_queue(format('https://h%s.example.com/articles/%s', lpad(h::text, 4, '0'), g)))
+SELECT count(indexnow_queue(format('https://h%s.example.com/articles/%s', lpad(h::text, $width, '0'), g)))
   FROM generate_series(1, $HOSTS) h, generate_series(1, $PER_HOST) g;
 VACUUM ANALYZE indexnow_urls;
 ALTER SYSTEM SET indexnow.max_in_flight = $limit;
@@ -101,8 +104,9 @@ SELECT format('[bench] hosts, max_in_flight = %s: %s requests (%s URLs) in %s s:
 SQL
   }
   for round in $(seq "${ROUNDS:-1}"); do
-    sends 1
-    sends 32
+    for limit in ${IN_FLIGHT:-1 32}; do
+      sends "$limit"
+    done
   done
   exit 0
 fi

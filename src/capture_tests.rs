@@ -4186,6 +4186,36 @@ fn a_table_of_fewer_keys_than_a_change_set_is_derived_whole() {
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0, "derived whole");
 }
 
+/// A whole table is read a fetch of 10,000 rows at a time (`_indexnow_watch_rows()` with no keys,
+/// `RowCursor` in src/derive/owner.rs): every row once across the fetches, each as its watch
+/// derives it, and a watch of the whole table takes every public row as known.
+#[pg_test]
+fn a_whole_table_is_read_in_fetches_every_row_once() {
+    run("CREATE TABLE fetched (id int PRIMARY KEY, slug text NOT NULL, live boolean NOT NULL)");
+    run("INSERT INTO fetched SELECT i, 'p' || i, i % 10 <> 0 FROM generate_series(1, 25001) i");
+    run("SELECT indexnow_watch('fetched', url => 'https://www.example.com/f/{slug}', \
+                               visible => 'live')");
+    assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 22_501);
+    let id = count("SELECT id::int8 FROM indexnow_watches WHERE tbl = 'fetched'::regclass");
+    assert_eq!(
+        text(&format!(
+            "SELECT count(*) || ' ' || count(DISTINCT row_key) || ' ' || count(*) FILTER (WHERE vis) \
+                    || ' ' || count(DISTINCT fp) || ' ' || min(url) \
+               FROM _indexnow_watch_rows({id}, NULL)"
+        ))
+        .as_deref(),
+        Some("25001 25001 22501 25001 https://www.example.com/f/p1")
+    );
+    // Stopped early (a LIMIT): the cursor is left to the transaction, which goes on.
+    assert_eq!(
+        count(&format!(
+            "SELECT count(*) FROM (SELECT * FROM _indexnow_watch_rows({id}, NULL) LIMIT 15000) r"
+        )),
+        15_000
+    );
+    assert_eq!(count("SELECT count(*) FROM fetched"), 25_001);
+}
+
 /// A whole-table change of a big table whose sources were derived under another key (its key
 /// column retyped: `[5]` is `["5"]` now) is derived whole: a keyed derivation would read `[5]`
 /// as the row `["5"]` and leave the source of `[5]` behind, its URL never given up.

@@ -62,15 +62,26 @@ pub fn told_to_stop() -> bool {
     unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
 }
 
-/// Waits up to `at_most` on this process's latch: at once gone with the postmaster, and with
-/// the interrupts that came meanwhile handled (see the module's comment).
-pub fn wait_a_moment(at_most: Duration) {
+/// Waits up to `at_most` on this process's latch, or until the file descriptor `readable` (a pipe
+/// the process's own threads write to) has something to read: at once gone with the postmaster,
+/// and with the interrupts that came meanwhile handled (see the module's comment).
+pub fn wait_a_moment_or_readable(at_most: Duration, readable: Option<std::os::fd::RawFd>) {
     let ms = at_most.as_millis().min(i64::MAX as u128) as std::ffi::c_long;
-    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32;
+    let mut events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+    if readable.is_some() {
+        events |= pg_sys::WL_SOCKET_READABLE;
+    }
     // SAFETY: this process's own latch, waited on by its main thread, as PostgreSQL's own
-    // processes wait; the interrupts are handled outside any critical section.
+    // processes wait; the interrupts are handled outside any critical section. The descriptor
+    // is open for the call (the caller's).
     unsafe {
-        let rc = pg_sys::WaitLatch(pg_sys::MyLatch, events, ms, pg_sys::PG_WAIT_EXTENSION);
+        let rc = pg_sys::WaitLatchOrSocket(
+            pg_sys::MyLatch,
+            events as i32,
+            readable.unwrap_or(pg_sys::PGINVALID_SOCKET),
+            ms,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
         pg_sys::ResetLatch(pg_sys::MyLatch);
         if rc & pg_sys::WL_LATCH_SET as i32 != 0 {
             WOKEN.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -79,7 +90,7 @@ pub fn wait_a_moment(at_most: Duration) {
     pgrx::check_for_interrupts!();
 }
 
-/// Whether the latch was set during a [`wait_a_moment`] (a commit that recorded changes or
+/// Whether the latch was set during a [`wait_a_moment_or_readable`] (a commit that recorded changes or
 /// queued URLs woke the worker while it waited for an answer): the worker then sets it again
 /// before it sleeps, so that the wake-up is not lost. Asks once.
 pub fn woken_meanwhile() -> bool {

@@ -106,11 +106,105 @@ fn rows_of_watch_fingerprinted(
         );
     };
     // A row hidden by row-level security must fail the read, not look deleted.
-    let settings = [("search_path", search_path), ("row_security", "off".into())];
-    let rows = switched_to(role, true, || {
-        super::settings::with_settings(&settings, || read_in_this_snapshot(sql, keys))
-    });
-    TableIterator::new(rows)
+    let settings = vec![("search_path", search_path), ("row_security", "off".into())];
+    let as_maker = move |f: &mut dyn FnMut()| {
+        switched_to(role, true, || super::settings::with_settings(&settings, f))
+    };
+    if let Some(keys) = keys {
+        // At most a change set's keys: read at once.
+        let (mut keys, mut rows) = (Some(keys), vec![]);
+        as_maker(&mut || rows = read_in_this_snapshot(sql, keys.take()));
+        return TableIterator::new(rows);
+    }
+    TableIterator::new(RowCursor::open(sql, as_maker))
+}
+
+/// How many rows of a whole table [`RowCursor`] holds at a time.
+const ROWS_A_FETCH: i64 = 10_000;
+
+/// The rows of a whole table, read a fetch at a time from a cursor over the row statement, in
+/// the snapshot of the statement that called `_indexnow_watch_rows()`, each fetch run as the
+/// watch's maker (`as_maker`: the rows' expressions are evaluated as they are fetched). So the
+/// derivation of a table of any size holds [`ROWS_A_FETCH`] of its rows here, not all of them:
+/// the statement that calls it keeps what it has read in a tuplestore, which goes to disk past
+/// `work_mem`. (The cursor is a portal of the transaction: it outlives each fetch's SPI
+/// connection, and a (sub)transaction's abort drops it.)
+struct RowCursor<F: FnMut(&mut dyn FnMut())> {
+    portal: Option<CString>,
+    rows: std::collections::VecDeque<WatchRow>,
+    as_maker: F,
+}
+
+impl<F: FnMut(&mut dyn FnMut())> RowCursor<F> {
+    fn open(sql: &str, mut as_maker: F) -> Self {
+        let mut portal = None;
+        as_maker(&mut || {
+            // SAFETY: SPI is connected and finished here; the plan is kept for the backend's
+            // life; the portal's name is copied out before SPI_finish.
+            unsafe {
+                pg_sys::SPI_connect();
+                let plan = row_plan(sql);
+                let mut values = [pg_sys::Datum::from(0)];
+                let nulls = [b'n' as std::ffi::c_char];
+                let opened = pg_sys::SPI_cursor_open(
+                    std::ptr::null(),
+                    plan,
+                    values.as_mut_ptr(),
+                    nulls.as_ptr(),
+                    true,
+                );
+                if opened.is_null() {
+                    error!("indexnow: could not open a watch's row statement");
+                }
+                portal = Some(std::ffi::CStr::from_ptr((*opened).name).to_owned());
+                pg_sys::SPI_finish();
+            }
+        });
+        RowCursor {
+            portal,
+            rows: Default::default(),
+            as_maker,
+        }
+    }
+
+    /// The next rows, or none: then the cursor is closed.
+    fn fetch(&mut self) {
+        let Some(name) = self.portal.take() else {
+            return;
+        };
+        let mut rows = vec![];
+        (self.as_maker)(&mut || {
+            // SAFETY: as in `open`; the portal is this transaction's, found by its name.
+            unsafe {
+                pg_sys::SPI_connect();
+                let portal = pg_sys::SPI_cursor_find(name.as_ptr());
+                if portal.is_null() {
+                    error!("indexnow: a watch's row cursor is gone");
+                }
+                pg_sys::SPI_cursor_fetch(portal, true, ROWS_A_FETCH as std::ffi::c_long);
+                rows = rows_of_tuptable();
+                if rows.is_empty() {
+                    pg_sys::SPI_cursor_close(portal);
+                }
+                pg_sys::SPI_finish();
+            }
+        });
+        if !rows.is_empty() {
+            self.portal = Some(name);
+        }
+        self.rows = rows.into();
+    }
+}
+
+impl<F: FnMut(&mut dyn FnMut())> Iterator for RowCursor<F> {
+    type Item = WatchRow;
+
+    fn next(&mut self) -> Option<WatchRow> {
+        if self.rows.is_empty() {
+            self.fetch();
+        }
+        self.rows.pop_front()
+    }
 }
 
 /// `_indexnow_watch_rows()` as 0.5.0 to 0.7.0 declare it, by C symbol (a text fingerprint):
@@ -150,26 +244,11 @@ thread_local! {
 /// has written, as a volatile function's would.)
 fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
     let keys_datum = keys.into_datum();
-    // SAFETY: SPI is connected and finished here; the plan is kept for the backend's life (as
-    // `crate::plan_cache` keeps its plans); every value is copied out before SPI_finish. An ERROR
-    // inside unwinds SPI with the (sub)transaction it aborts.
+    // SAFETY: SPI is connected and finished here; every value is copied out before SPI_finish.
+    // An ERROR inside unwinds SPI with the (sub)transaction it aborts.
     unsafe {
         pg_sys::SPI_connect();
-        let plan = ROW_PLANS.with(|plans| plans.borrow().get(sql).copied());
-        let plan = match plan {
-            Some(plan) => plan as pg_sys::SPIPlanPtr,
-            None => {
-                let text = CString::new(sql).unwrap_or_else(|_| error!("indexnow: a NUL in SQL"));
-                let mut types = [pg_sys::JSONBOID];
-                let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
-                if plan.is_null() {
-                    error!("indexnow: could not plan a watch's row statement");
-                }
-                pg_sys::SPI_keepplan(plan);
-                ROW_PLANS.with(|plans| plans.borrow_mut().insert(sql.to_string(), plan as usize));
-                plan
-            }
-        };
+        let plan = row_plan(sql);
         let mut values = [keys_datum.unwrap_or(pg_sys::Datum::from(0))];
         let mut nulls = [if keys_datum.is_some() { b' ' } else { b'n' } as std::ffi::c_char];
         let status =
@@ -177,6 +256,42 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
         if status != pg_sys::SPI_OK_SELECT as i32 {
             error!("indexnow: a watch's row statement failed ({status})");
         }
+        let rows = rows_of_tuptable();
+        pg_sys::SPI_finish();
+        rows
+    }
+}
+
+/// The plan of the row statement `sql` (`$1` the keys), planned once in this backend and kept
+/// for its life (as `crate::plan_cache` keeps its plans).
+///
+/// # Safety
+/// SPI must be connected.
+unsafe fn row_plan(sql: &str) -> pg_sys::SPIPlanPtr {
+    if let Some(plan) = ROW_PLANS.with(|plans| plans.borrow().get(sql).copied()) {
+        return plan as pg_sys::SPIPlanPtr;
+    }
+    let text = CString::new(sql).unwrap_or_else(|_| error!("indexnow: a NUL in SQL"));
+    let mut types = [pg_sys::JSONBOID];
+    // SAFETY: SPI is connected (the caller's promise); the text lives across the call.
+    unsafe {
+        let plan = pg_sys::SPI_prepare(text.as_ptr(), 1, types.as_mut_ptr());
+        if plan.is_null() {
+            error!("indexnow: could not plan a watch's row statement");
+        }
+        pg_sys::SPI_keepplan(plan);
+        ROW_PLANS.with(|plans| plans.borrow_mut().insert(sql.to_string(), plan as usize));
+        plan
+    }
+}
+
+/// The rows of `SPI_tuptable`, copied out (and the table freed).
+///
+/// # Safety
+/// SPI must be connected, its last command a row statement's.
+unsafe fn rows_of_tuptable() -> Vec<WatchRow> {
+    // SAFETY: the tuple table is SPI's, read within its length (the caller's promise).
+    unsafe {
         let table = pg_sys::SPI_tuptable;
         let mut rows = Vec::with_capacity(pg_sys::SPI_processed as usize);
         for i in 0..pg_sys::SPI_processed as usize {
@@ -205,7 +320,7 @@ fn read_in_this_snapshot(sql: &str, keys: Option<JsonB>) -> Vec<WatchRow> {
                 i64::from_datum(fp, fp_null),
             ));
         }
-        pg_sys::SPI_finish();
+        pg_sys::SPI_freetuptable(table);
         rows
     }
 }

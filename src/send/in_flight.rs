@@ -6,13 +6,19 @@
 //! holds a request up to `http_timeout`): it leaves them, and starts no new one.
 //!
 //! While it waits for answers, the sender's own thread waits as PostgreSQL's processes wait
-//! (`crate::process::wait_a_moment`, given as `wait`): it is gone at once with the postmaster and
-//! absorbs every barrier and interrupt meanwhile, so that no DDL of any database waits for a
-//! request, and a crashed server can restart while an endpoint hangs.
+//! (`crate::process::wait_a_moment_or_readable`, given as `wait`): it is gone at once with the
+//! postmaster and absorbs every barrier and interrupt meanwhile, so that no DDL of any database
+//! waits for a request, and a crashed server can restart while an endpoint hangs. A request's
+//! thread wakes it when its answer is there, through a pipe (it must not touch the latch: nothing
+//! of PostgreSQL's is called off the main thread): with many requests in flight a wait of its full
+//! length after each answer left every slot empty that long.
 
 use indexnow_protocol::client::Client;
 use indexnow_protocol::{Answer, SubmitRequest};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::io::{PipeReader, PipeWriter, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a sender waiting for answers looks for one (and whether it must stop).
@@ -22,6 +28,11 @@ const LOOK_EVERY: Duration = Duration::from_millis(10);
 pub struct Requests<T> {
     send_answer: Sender<(u64, Answer)>,
     answers: Receiver<(u64, Answer)>,
+    /// A byte an answer: what the waiting thread waits on. The write end is shared with the
+    /// requests' threads, and closed when the last of them and this are gone (a thread left
+    /// running never writes to a descriptor closed and reused since).
+    woken: PipeReader,
+    wake: Arc<PipeWriter>,
     open: Vec<Open<T>>,
     next_id: u64,
 }
@@ -42,9 +53,21 @@ pub struct Answered<T> {
 impl<T> Requests<T> {
     pub fn new() -> Requests<T> {
         let (send_answer, answers) = channel();
+        let (woken, wake) = std::io::pipe().expect("indexnow: a pipe for the requests' answers");
+        // Neither end ever blocks: the reader drains what is there, and a full pipe already
+        // wakes the reader.
+        for fd in [woken.as_raw_fd(), wake.as_raw_fd()] {
+            // SAFETY: flags of descriptors owned here.
+            unsafe {
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
         Requests {
             send_answer,
             answers,
+            woken,
+            wake: Arc::new(wake),
             open: vec![],
             next_id: 0,
         }
@@ -78,6 +101,7 @@ impl<T> Requests<T> {
             started: Instant::now(),
         });
         let send_answer = self.send_answer.clone();
+        let wake = self.wake.clone();
         let (client, endpoint) = (client.clone(), endpoint.to_string());
         let started = without_signals(|| {
             std::thread::Builder::new()
@@ -90,6 +114,7 @@ impl<T> Requests<T> {
                     .unwrap_or_else(|_| Answer::Reset("the request's thread panicked".into()));
                     // The sender may have stopped waiting (told to stop): then nobody listens.
                     let _ = send_answer.send((id, answer));
+                    let _ = (&*wake).write(&[1]);
                 })
         });
         if let Err(e) = started {
@@ -105,28 +130,37 @@ impl<T> Requests<T> {
     /// the requests stay open (see [`Requests::leave_all`]).
     pub fn next_answer(
         &mut self,
-        mut wait: impl FnMut(Duration),
+        mut wait: impl FnMut(Duration, Option<RawFd>),
         stop: impl Fn() -> bool,
     ) -> Option<Answered<T>> {
         loop {
-            match self.answers.try_recv() {
-                Ok((id, answer)) => {
-                    let Some(at) = self.open.iter().position(|o| o.id == id) else {
-                        continue; // of a request already left
-                    };
-                    let open = self.open.swap_remove(at);
-                    return Some(Answered {
-                        what: open.what,
-                        answer,
-                        took: open.started.elapsed(),
-                    });
-                }
-                Err(TryRecvError::Empty) if stop() => return None,
-                Err(TryRecvError::Empty) => wait(LOOK_EVERY),
-                // Never: `self` keeps a sender of its own.
-                Err(TryRecvError::Disconnected) => return None,
+            // (drained first: a byte written after this is there for the wait below)
+            let mut bytes = [0u8; 256];
+            while matches!(self.woken.read(&mut bytes), Ok(n) if n > 0) {}
+            if let Some(answered) = self.ready_answer() {
+                return Some(answered);
             }
+            if stop() {
+                return None;
+            }
+            wait(LOOK_EVERY, Some(self.woken.as_raw_fd()));
         }
+    }
+
+    /// An answer that has come already, without waiting.
+    pub fn ready_answer(&mut self) -> Option<Answered<T>> {
+        while let Ok((id, answer)) = self.answers.try_recv() {
+            let Some(at) = self.open.iter().position(|o| o.id == id) else {
+                continue; // of a request already left
+            };
+            let open = self.open.swap_remove(at);
+            return Some(Answered {
+                what: open.what,
+                answer,
+                took: open.started.elapsed(),
+            });
+        }
+        None
     }
 
     /// Gives up every open request without its answer (each thread ends with the process or

@@ -402,18 +402,28 @@ impl Pass<'_> {
         while !self.ending && (rounds == 0 || self.started.elapsed() < self.settings.rounds_for) {
             rounds += 1;
             let mut progress = false;
-            for host in self.hosts_in_turn() {
+            let mut hosts = self.hosts_in_turn().into_iter();
+            loop {
                 while self.requests.len() >= self.settings.max_in_flight && !self.ending {
                     self.take_an_answer();
                 }
                 if self.ending {
                     break;
                 }
-                let busy = self.requests.any(|b| b.host.host == host.host);
-                if busy || self.paused.contains(&host.host) {
-                    continue;
+                // As many hosts as there is room for in flight, claimed in one transaction.
+                let room = self.settings.max_in_flight - self.requests.len();
+                let group: Vec<Host> = hosts
+                    .by_ref()
+                    .filter(|host| {
+                        !self.requests.any(|b| b.host.host == host.host)
+                            && !self.paused.contains(&host.host)
+                    })
+                    .take(room)
+                    .collect();
+                if group.is_empty() {
+                    break;
                 }
-                progress |= self.send_a_batch(host);
+                progress |= self.send_batches(group);
             }
             if !progress {
                 if self.requests.is_empty() {
@@ -450,18 +460,38 @@ impl Pass<'_> {
         hosts
     }
 
-    /// Claims the host's next batch and starts its request (in a dry run, decides on it at once).
-    /// Whether anything was claimed.
-    fn send_a_batch(&mut self, host: Host) -> bool {
+    /// Claims the next batch of each host, in one transaction (a commit a request was most of a
+    /// worker's own time a request, with many hosts), and starts their requests (in a dry run,
+    /// decides on them at once). Whether anything was claimed.
+    fn send_batches(&mut self, hosts: Vec<Host>) -> bool {
         if self.session.told_to_stop() || self.endpoint_paused_elsewhere() {
             self.ending = true;
             return false;
         }
         let (session, settings) = (self.session, self.settings);
-        let Some((taken, claimed)) = session.step(|| claim(session, settings, &host.host)) else {
-            self.ending = true; // another sender holds the pass lock: it does the work
-            return false;
-        };
+        let (claims, locked_out) = session.step(|| {
+            let mut claims = vec![];
+            for host in hosts {
+                match claim(session, settings, &host.host) {
+                    Some((taken, claimed)) => claims.push((host, taken, claimed)),
+                    None => return (claims, true),
+                }
+            }
+            (claims, false)
+        });
+        // another sender holds the pass lock: it does the work
+        self.ending |= locked_out;
+        let mut progress = false;
+        for (host, taken, claimed) in claims {
+            progress |= self.send_a_batch(host, taken, claimed);
+        }
+        progress
+    }
+
+    /// Starts the request of a host's claimed batch (`taken` rows claimed, `claimed` left to
+    /// send once scheduled pages were re-read). Whether anything was claimed.
+    fn send_a_batch(&mut self, host: Host, taken: usize, claimed: Claimed) -> bool {
+        let settings = self.settings;
         if taken == 0 {
             return false;
         }
@@ -471,7 +501,7 @@ impl Pass<'_> {
         }
         let batch = Batch { host, claimed };
         if settings.dry_run {
-            self.settle(batch, Decision::DryRun, Duration::ZERO);
+            self.settle(vec![(batch, Decision::DryRun, Duration::ZERO)]);
             return true;
         }
         let request = SubmitRequest {
@@ -492,11 +522,31 @@ impl Pass<'_> {
         let session = self.session;
         // (a cancel or statement_timeout of push_now's caller ends its call: nothing is
         // recorded, the transaction aborts and the URLs stay due)
-        let answered = self
+        let Some(first) = self
             .requests
-            .next_answer(crate::process::wait_a_moment, || session.told_to_stop());
-        match answered {
-            Some(a) => {
+            .next_answer(crate::process::wait_a_moment_or_readable, || {
+                session.told_to_stop()
+            })
+        else {
+            self.ending = true;
+            let left = self.requests.leave_all();
+            self.settle(
+                left.into_iter()
+                    .map(|(batch, took)| (batch, Decision::Left, took))
+                    .collect(),
+            );
+            return;
+        };
+        // The answers come in together when many hosts are in flight: each recorded in one
+        // transaction with the others there are (a commit a request was most of a worker's
+        // own time a request: issue 43's many hosts).
+        let mut answered = vec![first];
+        while let Some(a) = self.requests.ready_answer() {
+            answered.push(a);
+        }
+        let decided = answered
+            .into_iter()
+            .map(|a| {
                 let host = &a.what.host;
                 let answer = a.answer.redacted(&host.key, host.key_location.as_deref());
                 let status = answer.status_code() as i32;
@@ -521,34 +571,30 @@ impl Pass<'_> {
                 } else if outcome == Outcome::Accepted {
                     batch_taken(&host.host, a.what.claimed.len());
                 }
-                self.settle(
-                    a.what,
-                    Decision::Answered(status, outcome, key_state(&answer)),
-                    a.took,
-                );
-            }
-            None => {
-                self.ending = true;
-                for (batch, took) in self.requests.leave_all() {
-                    self.settle(batch, Decision::Left, took);
-                }
-            }
-        }
+                let decision = Decision::Answered(status, outcome, key_state(&answer));
+                (a.what, decision, a.took)
+            })
+            .collect();
+        self.settle(decided);
         self.report_activity();
     }
 
-    /// Records what became of a batch: its rows, a pause, the history row, the log line, and
-    /// the host's result.
-    fn settle(&mut self, batch: Batch, decision: Decision, took: Duration) {
-        let (host, n) = (batch.host.host.as_str(), batch.claimed.len());
-        let took = took.as_secs_f64();
+    /// Records what became of batches (in one transaction): their rows, a pause, the history
+    /// rows, the log lines, and the hosts' results.
+    fn settle(&mut self, settled: Vec<(Batch, Decision, Duration)>) {
         let record_started = Instant::now();
-        record_answer(self.session, &batch, &decision, took);
+        record_answers(self.session, &settled);
+        let recorded_in = record_started.elapsed();
+        for (batch, decision, took) in settled {
+            self.settled(&batch, decision, took.as_secs_f64());
+        }
+        debug2!("indexnow: recording answers took {recorded_in:?}");
+    }
+
+    /// What a batch recorded means for the pass: its log line, its host's result, a pause.
+    fn settled(&mut self, batch: &Batch, decision: Decision, took: f64) {
+        let (host, n) = (batch.host.host.as_str(), batch.claimed.len());
         log_request(host, n, &decision, took, self.settings);
-        debug2!(
-            "indexnow: request to {host} took {took:.3} s, recording it {:?}",
-            record_started.elapsed()
-        );
         let result = match self.results.iter().position(|r| r.host == host) {
             Some(at) => &mut self.results[at],
             None => {
@@ -1025,27 +1071,34 @@ fn still_as_claimed(
 /// How often recording an answer is tried when it fails for a passing reason.
 const RECORD_TRIES: u32 = 10;
 
-/// Records one request's answer, trying again when that fails for a reason that passes (a
-/// deadlock with a save that queues the same URLs in another order): the answer is known, and a
-/// worker that gave up would leave the batch leased and send it again (measured in the soak: a
-/// deadlock in the settle re-sent a whole accepted batch).
-fn record_answer(session: Session, batch: &Batch, decision: &Decision, took: f64) {
-    let host = &batch.host.host;
+/// Records requests' answers, in one transaction, each in a subtransaction of its own; one
+/// whose recording fails for a reason that passes (a deadlock with a save that queues the same
+/// URLs in another order) is tried again, with those after it, once the others are committed:
+/// the answer is known, and a worker that gave up would leave the batch leased and send it again
+/// (measured in the soak: a deadlock in the settle re-sent a whole accepted batch).
+fn record_answers(session: Session, settled: &[(Batch, Decision, Duration)]) {
+    let mut recorded = 0;
     for attempt in 1.. {
-        let recorded =
-            session.step(|| crate::subtransaction::run(|| record(batch, decision, took)));
-        match recorded {
-            Ok(()) => return,
-            Err(failure) if failure.transient && attempt < RECORD_TRIES => {
-                std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+        let failed = session.step(|| {
+            for (batch, decision, took) in &settled[recorded..] {
+                let took = took.as_secs_f64();
+                if let Err(failure) = crate::subtransaction::run(|| record(batch, decision, took)) {
+                    return Some(failure);
+                }
+                recorded += 1;
             }
-            Err(failure) => {
-                error!(
-                    "indexnow: could not record a push to {host}: {}",
-                    failure.message
-                )
-            }
+            None
+        });
+        let Some(failure) = failed else {
+            return;
+        };
+        if !(failure.transient && attempt < RECORD_TRIES) {
+            error!(
+                "indexnow: could not record a push to {}: {}",
+                settled[recorded].0.host.host, failure.message
+            );
         }
+        std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
     }
 }
 
