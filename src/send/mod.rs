@@ -460,8 +460,8 @@ impl Pass<'_> {
         hosts
     }
 
-    /// Claims the next batch of each host, in one transaction (a commit a request was most of a
-    /// worker's own time a request, with many hosts), and starts their requests (in a dry run,
+    /// Claims the next batch of each host, in one transaction (with many hosts in flight, the
+    /// worker's own work a request bounds the rate), and starts their requests (in a dry run,
     /// decides on them at once). Whether anything was claimed.
     fn send_batches(&mut self, hosts: Vec<Host>) -> bool {
         if self.session.told_to_stop() || self.endpoint_paused_elsewhere() {
@@ -537,24 +537,25 @@ impl Pass<'_> {
             );
             return;
         };
-        // The answers come in together when many hosts are in flight: each recorded in one
-        // transaction with the others there are (a commit a request was most of a worker's
-        // own time a request: issue 43's many hosts).
+        // With many hosts in flight the answers come in together, and the worker's own work a
+        // request is what bounds the rate: those there are now are recorded in one transaction
+        // (docs/benchmarks.md, "Sending for many hosts").
         let mut answered = vec![first];
         while let Some(a) = self.requests.ready_answer() {
             answered.push(a);
         }
+        let statuses: Vec<i32> = answered
+            .iter()
+            .map(|a| a.answer.status_code() as i32)
+            .collect();
+        let throttled = throttled_before_each(&statuses, || session.step(throttled_in_a_row));
         let decided = answered
             .into_iter()
-            .map(|a| {
+            .zip(throttled)
+            .map(|(a, throttled_before)| {
                 let host = &a.what.host;
                 let answer = a.answer.redacted(&host.key, host.key_location.as_deref());
                 let status = answer.status_code() as i32;
-                let throttled_before = if status == 429 {
-                    session.step(throttled_in_a_row)
-                } else {
-                    0
-                };
                 let mut outcome = classify(
                     &answer,
                     &self.settings.backoffs,
@@ -940,6 +941,32 @@ fn batch_taken(host: &str, carried: usize) {
     });
 }
 
+/// For each of a group of answers (their HTTP `statuses`, in the order they are recorded), how
+/// many answers in a row before it were 429, as if each were recorded before the next is
+/// classified: the history's count (`recorded`, read once and only for a 429), then this group's
+/// own. 0 for an answer that is not a 429; no answer (status 0) neither counts nor breaks the row,
+/// as in `sql::THROTTLED_IN_A_ROW`.
+fn throttled_before_each(statuses: &[i32], recorded: impl FnOnce() -> u32) -> Vec<u32> {
+    let mut recorded = Some(recorded);
+    // 429s in a row before the next answer, once known (the history read, or a non-429 seen)
+    let mut in_a_row: Option<u32> = None;
+    statuses
+        .iter()
+        .map(|&status| {
+            if status == 0 {
+                return 0;
+            }
+            if status != 429 {
+                in_a_row = Some(0);
+                return 0;
+            }
+            let before = in_a_row.unwrap_or_else(|| recorded.take().map_or(0, |read| read()));
+            in_a_row = Some(before + 1);
+            before
+        })
+        .collect()
+}
+
 /// How many answers in a row were 429 (see `sql::THROTTLED_IN_A_ROW`).
 fn throttled_in_a_row() -> u32 {
     plan_cache::get_one::<i32>(sql::THROTTLED_IN_A_ROW, &[])
@@ -1289,5 +1316,29 @@ mod tests {
         }
         assert_eq!(until_after(f64::NAN), None);
         assert_eq!(until_after(f64::INFINITY), None);
+    }
+
+    /// A group of answers recorded together counts its 429s in a row as one at a time would:
+    /// after the history's, and from its last other answer; the history is read once, and only
+    /// when a 429 needs it.
+    #[test]
+    fn a_group_of_answers_counts_429s_in_a_row_as_one_at_a_time() {
+        let cases: [(&[i32], u32, &[u32], bool); 6] = [
+            (&[429, 429, 200, 429], 3, &[3, 4, 0, 0], true),
+            (&[429, 0, 429], 1, &[1, 0, 2], true),
+            (&[200, 429, 429], 3, &[0, 0, 1], false),
+            (&[429], 0, &[0], true),
+            (&[200, 503], 5, &[0, 0], false),
+            (&[429, 503, 429], 2, &[2, 0, 0], true),
+        ];
+        for (statuses, history, expected, read) in cases {
+            let mut reads = 0;
+            let got = throttled_before_each(statuses, || {
+                reads += 1;
+                history
+            });
+            assert_eq!(got, expected, "{statuses:?} after {history}");
+            assert_eq!(reads, u32::from(read), "{statuses:?}: the history read");
+        }
     }
 }
