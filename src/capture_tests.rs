@@ -4186,6 +4186,37 @@ fn a_table_of_fewer_keys_than_a_change_set_is_derived_whole() {
     assert_eq!(count("SELECT count(*) FROM indexnow_changes"), 0, "derived whole");
 }
 
+/// A source restored from a dump of 0.7.0 or earlier holds its fingerprint as md5 text, its
+/// `fingerprint64` NULL (`kept_fingerprint` in src/derive/statements.rs): the derivation reads the
+/// text as the same 8 bytes, so the restored rows announce nothing, and a row changed since is
+/// still a change; derived again, a source drops the text.
+#[pg_test]
+fn a_source_restored_from_an_older_dump_keeps_its_fingerprint() {
+    run("CREATE TABLE olden (id int PRIMARY KEY, slug text NOT NULL, body text)");
+    run("INSERT INTO olden VALUES (1, 'a', 'x'), (2, 'b', 'y')");
+    run("SELECT indexnow_watch('olden', url => 'https://www.example.com/o/{slug}')");
+    pushed();
+    // As a 0.7.0 dump's COPY leaves them: the md5 as text (its first 16 hex digits are the 8
+    // bytes), the URL and host, no fingerprint64.
+    run("UPDATE indexnow_sources \
+            SET fingerprint = lpad(to_hex(fingerprint64), 16, '0') || repeat('0', 16), \
+                fingerprint64 = NULL, url = 'https://www.example.com/o/?', host = 'www.example.com'");
+    assert_eq!(
+        count("SELECT sum(created + changed + gone)::int8 FROM indexnow_reconcile('olden')"),
+        0
+    );
+    assert_eq!(pending(), "");
+    run("UPDATE olden SET body = 'z' WHERE id = 2");
+    assert_eq!(pending(), "https://www.example.com/o/b changed");
+    assert_eq!(
+        text("SELECT string_agg(row_key::text, ' ' ORDER BY row_key) FROM indexnow_sources \
+               WHERE fingerprint IS NOT NULL OR url IS NOT NULL")
+        .as_deref(),
+        Some("[1]"),
+        "the source derived again dropped the text"
+    );
+}
+
 /// A whole table is read a fetch of 10,000 rows at a time (`_indexnow_watch_rows()` with no keys,
 /// `RowCursor` in src/derive/owner.rs): every row once across the fetches, each as its watch
 /// derives it, and a watch of the whole table takes every public row as known.

@@ -129,9 +129,9 @@ fn restore_and_check(cluster: &Cluster, dump: &std::path::Path, to: &str, trigge
         Vec::<String>::new(),
         "{to}: the restore announced"
     );
-    // What the watches had derived came back with the dump (from the previous release's dump
-    // too, whose sources hold their fingerprints as md5 text): a reconcile of every watched
-    // table finds every page as it was.
+    // What the watches had derived came back with the dump (the previous release's too): a
+    // reconcile of every watched table finds every page as it was. (A source of a 0.7.0 dump,
+    // its fingerprint as md5 text: `a_source_restored_from_an_older_dump_keeps_its_fingerprint`.)
     let changed = restored
         .query_one(
             "SELECT coalesce(sum(r.created + r.changed + r.gone), 0)::int8 \
