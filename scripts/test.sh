@@ -158,6 +158,72 @@ version() {
   fi
 }
 
+# Every process below $1 (not $1 itself).
+descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+
+# The data folders of the test servers the jobs started: the SQL-level tests' (in $pgrx_dir)
+# and the end-to-end tests' (named after the test process that made them; see
+# tests/e2e/src/lib.rs, cluster_dir).
+test_servers() {
+  local pid
+  find "$pgrx_dir" -name postmaster.pid -printf '%h\n' 2>/dev/null || true
+  for pid in "$@"; do ls -d /tmp/indexnow-e2e-"$pid"-*/data 2>/dev/null || true; done
+}
+
+# What each running test server is doing: its sessions, the locks they wait for, its log's end.
+report_servers() {
+  local data port socket psql
+  psql=$(pg_config_of "${versions[-1]}")
+  psql="$("$psql" --bindir)/psql"
+  for data in "$@"; do
+    [ -f "$data/postmaster.pid" ] || continue
+    port=$(sed -n 4p "$data/postmaster.pid")
+    socket=$(sed -n 5p "$data/postmaster.pid")
+    echo "---- server $data (port $port)"
+    timeout 20 "$psql" -h "$socket" -p "$port" -U postgres -d postgres -X -P pager=off -c "
+      SELECT pid, datname, backend_type, state, wait_event_type || ':' || wait_event AS waits,
+             round(extract(epoch FROM now() - query_start)) AS secs, left(query, 300) AS query
+        FROM pg_stat_activity ORDER BY backend_type, pid" -c "
+      SELECT l.pid, l.locktype, l.mode, l.relation::regclass, l.transactionid, l.objid,
+             pg_blocking_pids(l.pid) AS blocked_by
+        FROM pg_locks l WHERE NOT l.granted" 2>&1 || true
+    tail -n 40 "$(dirname "$data")/server.log" 2>/dev/null || true
+  done
+}
+
+# Sleeps $1 seconds; if the jobs still run then, reports and ends them.
+watchdog() {
+  sleep "$1"
+  local job pid all=()
+  echo
+  echo "======== the tests still run after $1 s (INDEXNOW_TEST_DEADLINE): what is under way"
+  for job in "${jobs[@]}"; do
+    pid=$(cat "$logs/$job.pid" 2>/dev/null) || continue
+    kill -0 "$pid" 2>/dev/null || continue
+    echo "---- job $job, still running; what it printed so far:"
+    cat "$logs/$job.log"
+    for f in "$logs/e2e-${job#pg}"/*.log; do [ -f "$f" ] && { echo "---- $f"; cat "$f"; }; done
+    all+=("$pid" $(descendants "$pid"))
+  done
+  echo "---- processes"
+  ps -o pid,ppid,etimes,args --forest -p "$(printf '%s,' "${all[@]}" | sed 's/,$//')" | cut -c1-220
+  local servers
+  servers=$(test_servers "${all[@]}")
+  report_servers $servers
+  echo "---- ending the jobs still running, and their servers"
+  kill "${all[@]}" 2>/dev/null || true
+  for data in $servers; do
+    [ -f "$data/postmaster.pid" ] && kill -INT "$(head -n 1 "$data/postmaster.pid")" 2>/dev/null
+  done
+  return 0
+}
+
 jobs=(protocol old_releases)
 for v in "${versions[@]}"; do jobs+=("pg$v"); done
 for job in "${jobs[@]}"; do
@@ -170,6 +236,14 @@ for job in "${jobs[@]}"; do
   # (a moment apart: the first build gets the lock and the shared crates first)
   sleep 5
 done
+
+# A job that hangs must not hold the run until CI's own limit kills it unseen: past the deadline
+# the watchdog prints what every test server is doing and waiting on, and what the unfinished
+# jobs printed so far, then ends those jobs (their wait below fails and prints their logs).
+deadline=${INDEXNOW_TEST_DEADLINE:-2700}
+watchdog "$deadline" &
+watchdog_pid=$!
+trap 'kill "$watchdog_pid" 2>/dev/null; rm -rf "$pgrx_dir" "$logs"' EXIT
 
 failed=()
 for job in "${jobs[@]}"; do
