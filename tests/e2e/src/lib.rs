@@ -556,11 +556,15 @@ impl Cluster {
         (upgraded, said)
     }
 
-    /// Runs a PostgreSQL client program (psql, pg_dump, pgbench) against this cluster.
+    /// Runs a PostgreSQL client program (psql, pg_dump, pgbench) against this cluster. One that
+    /// runs ten minutes is ended and fails the test (a restore's jobs waiting on each other
+    /// outside the server's deadlock detection would otherwise hold the suite until CI's limit).
     pub fn client_program(&self, program: &str, args: &[&str]) -> String {
         run(
             program,
-            Command::new(format!("{}/{program}", self.bin))
+            Command::new("timeout")
+                .args(["--kill-after=10", "600"])
+                .arg(format!("{}/{program}", self.bin))
                 .args([
                     "-h",
                     &self.socket_dir(),
