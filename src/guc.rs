@@ -10,6 +10,7 @@
 //! neither superusers nor members of `pg_read_all_settings` (PostgreSQL lets those read it).
 
 use crate::queue::due::DueRule;
+use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
 use std::time::Duration;
@@ -275,4 +276,36 @@ pub fn due_rule() -> DueRule {
 
 fn seconds(s: i32) -> Duration {
     Duration::from_secs(s.max(0) as u64)
+}
+
+/// Runs `f` with `settings`, and puts every setting back after it, those `f` changed included (a
+/// `set_config(..., false)` in a watch's expression does not outlive it), as PostgreSQL does
+/// around `REFRESH MATERIALIZED VIEW`. An ERROR inside unwinds them with the (sub)transaction it
+/// aborts.
+pub fn with_settings<R>(settings: &[(&str, String)], f: impl FnOnce() -> R) -> R {
+    // SAFETY: a GUC nest level is opened and closed around `f` on this backend's own state.
+    let level = unsafe { pg_sys::NewGUCNestLevel() };
+    for (name, value) in settings {
+        let (name, value) = (
+            CString::new(*name).expect("a setting's name"),
+            CString::new(value.as_str()).unwrap_or_else(|_| error!("indexnow: a NUL in {name}")),
+        );
+        // SAFETY: both strings live across the call; errors are raised as ERRORs.
+        unsafe {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                pgrx::PgLogLevel::ERROR as i32,
+                false,
+            );
+        }
+    }
+    let r = f();
+    // SAFETY: closes the level opened above, undoing everything set at it.
+    unsafe { pg_sys::AtEOXact_GUC(false, level) };
+    r
 }

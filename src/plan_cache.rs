@@ -10,7 +10,8 @@
 //! A statement may name the extension's own objects as `@extschema@.name` ([`qualified`]): the
 //! schema is filled in before it is planned, and the plan is kept by the text with the schema in
 //! it. The schema is read from `pg_extension` here ([`extension_schema`]), through a kept plan of
-//! its own, so that this file needs nothing above it (`crate::extension` asks here too).
+//! its own, and kept until a relation-cache invalidation (`crate::extension` asks here too), so
+//! that this file needs nothing above the settings and the invalidations.
 //!
 //! A statement is run either as a read ([`read`], [`get_one`]) or as a write ([`write`]), and the
 //! difference matters: pgrx takes a transaction id for a write (`SpiClient::update`, and also
@@ -51,6 +52,22 @@ pub fn write<'conn>(
 ) -> SpiResult<SpiTupleTable<'conn>> {
     let plan = plan(client, sql, args, true)?;
     client.update(&*plan, None, args)
+}
+
+/// [`write`], run with a generic plan: for a statement whose parameters are arrays of the rows
+/// it works on. PostgreSQL's plan cache chose a custom plan for those at every run, planned
+/// again each time: a custom plan's estimate of an array's length is exact, the generic plan's
+/// is 100 rows, so the generic plan never looked as cheap (measured: the sender's settle of each
+/// answer was replanned every time, 16 % of a worker's time sending to many hosts).
+pub fn write_generic<'conn>(
+    client: &mut SpiClient<'conn>,
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+) -> SpiResult<SpiTupleTable<'conn>> {
+    let plan = plan(client, sql, args, true)?;
+    crate::guc::with_settings(&[("plan_cache_mode", "force_generic_plan".into())], || {
+        client.update(&*plan, None, args)
+    })
 }
 
 /// The first column of the first row the reading statement `sql` returns (see [`read`]), or
@@ -109,9 +126,33 @@ pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+thread_local! {
+    /// The extension's schema, quoted, once found: kept until any relation-cache invalidation
+    /// (the extension's tables moved by `ALTER EXTENSION SET SCHEMA`, or dropped and created
+    /// again, send them). Every statement that names `@extschema@` needs it, and reading it each
+    /// time was 8 % of a worker's time sending to many hosts.
+    static SCHEMA: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn forget_schema(_table: pgrx::pg_sys::Oid) {
+    SCHEMA.with(|s| s.borrow_mut().take());
+}
+
 /// The schema the extension is installed in, quoted, or `None` when this database has none: the
 /// one query for it (`crate::extension::schema` asks here).
 pub fn extension_schema() -> Option<String> {
+    if let Some(schema) = SCHEMA.with(|s| s.borrow().clone()) {
+        return Some(schema);
+    }
+    crate::invalidation::listen(forget_schema);
+    let (schema, keep) = crate::invalidation::built(read_extension_schema);
+    if keep {
+        SCHEMA.with(|s| *s.borrow_mut() = schema.clone());
+    }
+    schema
+}
+
+fn read_extension_schema() -> Option<String> {
     let name: Option<String> = get_one(
         "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \

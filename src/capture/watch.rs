@@ -1719,7 +1719,7 @@ fn make_again(ext: &str, id: i32, table: pg_sys::Oid) {
     };
     let settings = [("search_path", search_path), ("TimeZone", time_zone)];
     let mut checked = owner::switched_to(maker, true, || {
-        crate::derive::settings::with_settings(&settings, || check(ext, maker, table, &given))
+        crate::guc::with_settings(&settings, || check(ext, maker, table, &given))
     });
     // Not known now (an expression reads the whole row): what was found when the watch was
     // made stands.

@@ -34,6 +34,7 @@ pub mod settings;
 pub mod statements;
 pub mod template;
 
+use crate::guc::with_settings;
 use crate::queue::Reason;
 use crate::{plan_cache, subtransaction};
 use change_sets::{Waiting, MERGED_AT_MOST};
@@ -41,7 +42,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::Value;
-use settings::{pinned_settings, with_settings};
+use settings::pinned_settings;
 
 /// A watch as the derivation needs it.
 #[derive(Clone)]

@@ -108,7 +108,7 @@ fn rows_of_watch_fingerprinted(
     // A row hidden by row-level security must fail the read, not look deleted.
     let settings = vec![("search_path", search_path), ("row_security", "off".into())];
     let as_maker = move |f: &mut dyn FnMut()| {
-        switched_to(role, true, || super::settings::with_settings(&settings, f))
+        switched_to(role, true, || crate::guc::with_settings(&settings, f))
     };
     if let Some(keys) = keys {
         // At most a change set's keys: read at once.
@@ -330,7 +330,7 @@ unsafe fn rows_of_tuptable() -> Vec<WatchRow> {
 pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
     let settings = [("search_path", crate::extension::OWN_SEARCH_PATH.to_string())];
     switched_to(crate::extension::owner(), false, || {
-        super::settings::with_settings(&settings, f)
+        crate::guc::with_settings(&settings, f)
     })
 }
 

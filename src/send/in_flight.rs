@@ -1,6 +1,9 @@
-//! Requests in flight: each runs in a thread of its own, which makes one HTTP exchange and
-//! touches nothing of PostgreSQL's; its answer comes back over one channel to the sender's own
-//! thread, which records it. So a sender keeps several requests open at once (each for another
+//! Requests in flight: each runs in a thread of the sender's pool, which makes one HTTP exchange
+//! at a time and touches nothing of PostgreSQL's; its answer comes back over one channel to the
+//! sender's own thread, which records it. The pool has as many threads as requests were ever open
+//! at once in the pass, each taking the next request when done with one: a thread made and ended
+//! for each request (its stack mapped and unmapped, every core told of it) was a tenth of a
+//! worker's time sending to many hosts. So a sender keeps several requests open at once (each for another
 //! host: `super::Pass` sees to that), and a worker told to stop gets out of the way at once,
 //! whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint that hangs
 //! holds a request up to `http_timeout`): it leaves them, and starts no new one.
@@ -17,8 +20,9 @@ use indexnow_protocol::client::Client;
 use indexnow_protocol::{Answer, SubmitRequest};
 use std::io::{PipeReader, PipeWriter, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often a sender waiting for answers looks for one (and whether it must stop).
@@ -35,7 +39,18 @@ pub struct Requests<T> {
     wake: Arc<PipeWriter>,
     open: Vec<Open<T>>,
     next_id: u64,
+    /// The requests for the pool's threads to make. Closed when this is dropped: an idle thread
+    /// ends then, one in an exchange when the exchange ends.
+    jobs: Sender<Job>,
+    waiting_jobs: Arc<Mutex<Receiver<Job>>>,
+    threads: usize,
+    /// Set when the open requests are left (the sender told to stop): a request not begun by
+    /// then is never made.
+    left: Arc<AtomicBool>,
 }
+
+/// One request, as a thread of the pool makes it.
+type Job = Box<dyn FnOnce() + Send>;
 
 struct Open<T> {
     id: u64,
@@ -63,6 +78,7 @@ impl<T> Requests<T> {
                 libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
             }
         }
+        let (jobs, waiting_jobs) = channel();
         Requests {
             send_answer,
             answers,
@@ -70,6 +86,10 @@ impl<T> Requests<T> {
             wake: Arc::new(wake),
             open: vec![],
             next_id: 0,
+            jobs,
+            waiting_jobs: Arc::new(Mutex::new(waiting_jobs)),
+            threads: 0,
+            left: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -100,29 +120,59 @@ impl<T> Requests<T> {
             what,
             started: Instant::now(),
         });
+        // A thread for each open request: none waits for another's exchange to end.
+        if self.threads < self.open.len() {
+            match self.add_thread() {
+                Ok(()) => self.threads += 1,
+                Err(e) if self.threads == 0 => {
+                    let _ = self.send_answer.send((
+                        id,
+                        Answer::NoConnection(format!("could not start a request's thread: {e}")),
+                    ));
+                    return;
+                }
+                // (the request waits for a thread of the pool to be free)
+                Err(_) => {}
+            }
+        }
         let send_answer = self.send_answer.clone();
         let wake = self.wake.clone();
+        let left = self.left.clone();
         let (client, endpoint) = (client.clone(), endpoint.to_string());
-        let started = without_signals(|| {
+        let job: Job = Box::new(move || {
+            let answer = if left.load(Ordering::Relaxed) {
+                Answer::Reset("left before it began".into())
+            } else {
+                // Always an answer, so the sender never waits for one that cannot come.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    client.submit(&endpoint, &request)
+                }))
+                .unwrap_or_else(|_| Answer::Reset("the request's thread panicked".into()))
+            };
+            // The sender may have stopped waiting (told to stop): then nobody listens.
+            let _ = send_answer.send((id, answer));
+            let _ = (&*wake).write(&[1]);
+        });
+        // (the receiving end lives as long as the pool's threads, and this holds it too)
+        let _ = self.jobs.send(job);
+    }
+
+    /// A new thread for the pool: it makes one request after another until the pool is closed.
+    fn add_thread(&self) -> std::io::Result<()> {
+        let jobs = self.waiting_jobs.clone();
+        without_signals(|| {
             std::thread::Builder::new()
                 .name("indexnow request".into())
-                .spawn(move || {
-                    // Always an answer, so the sender never waits for one that cannot come.
-                    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        client.submit(&endpoint, &request)
-                    }))
-                    .unwrap_or_else(|_| Answer::Reset("the request's thread panicked".into()));
-                    // The sender may have stopped waiting (told to stop): then nobody listens.
-                    let _ = send_answer.send((id, answer));
-                    let _ = (&*wake).write(&[1]);
+                .spawn(move || loop {
+                    // (the lock is held only to take a job: a thread in an exchange holds none)
+                    let job = jobs.lock().map(|j| j.recv());
+                    match job {
+                        Ok(Ok(job)) => job(),
+                        _ => return,
+                    }
                 })
-        });
-        if let Err(e) = started {
-            let _ = self.send_answer.send((
-                id,
-                Answer::NoConnection(format!("could not start the request's thread: {e}")),
-            ));
-        }
+                .map(|_| ())
+        })
     }
 
     /// Waits for the next answer, looking for one after each `wait` of at most [`LOOK_EVERY`]
@@ -166,6 +216,7 @@ impl<T> Requests<T> {
     /// Gives up every open request without its answer (each thread ends with the process or
     /// when its exchange does): what they were for, and how long each had run.
     pub fn leave_all(&mut self) -> Vec<(T, Duration)> {
+        self.left.store(true, Ordering::Relaxed);
         self.open
             .drain(..)
             .map(|o| (o.what, o.started.elapsed()))

@@ -1159,14 +1159,15 @@ fn record(batch: &Batch, decision: &Decision, took: f64) {
     let recorded = Spi::connect_mut(|client| {
         let mut found = std::collections::HashSet::new();
         let by_tid = sql::settle(settle, Locate::ByTid);
-        for r in plan_cache::write(client, &by_tid, &with_answer(settle_args(claimed.iter())))? {
+        let args = with_answer(settle_args(claimed.iter()));
+        for r in plan_cache::write_generic(client, &by_tid, &args)? {
             found.insert(r.get::<Vec<u8>>(1)?.unwrap_or_default());
         }
         if found.len() < claimed.len() {
             // rows saved again since the claim moved: find them by key
             let moved = claimed.iter().filter(|u| !found.contains(&u.url_hash));
             let by_key = sql::settle(settle, Locate::ByKey);
-            plan_cache::write(client, &by_key, &with_answer(settle_args(moved)))?;
+            plan_cache::write_generic(client, &by_key, &with_answer(settle_args(moved)))?;
         }
         if let Some((scope, pause)) = pause {
             plan_cache::write(

@@ -609,7 +609,7 @@ impl Drop for Cluster {
 
 /// The release before the one this checkout makes: what the upgrade test and the restore test
 /// start from on every version.
-pub const PREVIOUS_RELEASE: &str = "0.8.0";
+pub const PREVIOUS_RELEASE: &str = "0.8.1";
 
 /// The library (`indexnow.so`) of an earlier release for the PostgreSQL the tests run against,
 /// built from its source archive (`releases/indexnow-<version>.tar.gz`, kept in the repository so

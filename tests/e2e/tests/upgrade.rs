@@ -24,7 +24,7 @@ use postgres::Client;
 use std::time::Duration;
 
 const SECONDS: fn(u64) -> Duration = Duration::from_secs;
-const CURRENT: &str = "0.8.1";
+const CURRENT: &str = "0.8.2";
 const HOST: &str = "www.example.com";
 const KEY: &str = "abcdefgh12";
 const CATALOG: &str = include_str!("../sql/extension_catalog.sql");
