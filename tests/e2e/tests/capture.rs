@@ -409,12 +409,13 @@ fn sigkill_mid_derivation_loses_nothing() {
     sigkill(pid);
     drop(db);
     // The postmaster restarts every process; the worker derives what is left.
-    let mut db = loop {
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        if let Ok(c) = postgres::Client::connect(&cluster.conninfo("site"), postgres::NoTls) {
-            break c;
-        }
-    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut connected = None;
+    wait_until("the server accepts connections again", SECONDS(120), || {
+        connected = postgres::Client::connect(&cluster.conninfo("site"), postgres::NoTls).ok();
+        connected.is_some()
+    });
+    let mut db = connected.unwrap();
     // (a debug build beside three other versions' suites derived 10,000 rows in more than 3 s)
     wait_until("every change set is derived", SECONDS(300), || {
         count(&mut db, "SELECT count(*) FROM indexnow_changes") == 0
