@@ -55,7 +55,7 @@ cluster_start "$dir" "$port" "shared_buffers = '2GB'" "max_wal_size = '16GB'" \
   "indexnow.debounce = 0"
 trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
-pgbench() { "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n "$@" postgres 2>/dev/null; }
+pgbench() { "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n "$@" postgres 2>>"$dir/pgbench.err"; }
 
 echo "[bench] $ROWS rows per table; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
 psql <<SQL
@@ -87,7 +87,7 @@ psql <<SQL
 CREATE FUNCTION least_derivation(k int) RETURNS void LANGUAGE plpgsql AS \$\$
 DECLARE
   rk jsonb := jsonb_build_array(k);
-  fp text;
+  fp bigint;
   the_url text;
   the_hash bytea;
   the_host text;
