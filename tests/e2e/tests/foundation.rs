@@ -21,6 +21,35 @@ fn a_rolled_back_transaction_queues_nothing_a_committed_one_does() {
     assert_eq!(n, 1);
 }
 
+/// A session keeps the extension's schema once read, until an invalidation: the session that
+/// drops the extension and creates it again in another schema, and another session that used it
+/// before, both go on working with it there.
+#[test]
+fn sessions_follow_the_extension_created_again_in_another_schema() {
+    let cluster = Cluster::start(Options::default());
+    let mut one = cluster.create_db_with_extension("site");
+    let mut two = cluster.connect("site");
+    for db in [&mut one, &mut two] {
+        db.execute("SELECT indexnow_queue($1)", &[&URL]).unwrap();
+        db.batch_execute("SELECT * FROM indexnow_status()").unwrap();
+    }
+    one.batch_execute(
+        "DROP EXTENSION indexnow; CREATE SCHEMA seo; CREATE EXTENSION indexnow SCHEMA seo",
+    )
+    .unwrap();
+    for db in [&mut one, &mut two] {
+        db.execute("SELECT seo.indexnow_queue($1)", &[&URL])
+            .unwrap();
+        db.batch_execute("SELECT * FROM seo.indexnow_status()")
+            .unwrap();
+    }
+    assert_eq!(
+        count(&mut two, "SELECT request_seq FROM seo.indexnow_urls"),
+        2,
+        "both sessions queued into the extension's new tables"
+    );
+}
+
 #[test]
 fn ten_saves_in_ten_transactions_make_one_row_and_restart_the_debounce_each_time() {
     let cluster = Cluster::start(Options::default());
