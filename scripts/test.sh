@@ -211,6 +211,7 @@ watchdog() {
     for f in "$logs/e2e-${job#pg}"/*.log; do [ -f "$f" ] && { echo "---- $f"; cat "$f"; }; done
     all+=("$pid" $(descendants "$pid"))
   done
+  [ ${#all[@]} -gt 0 ] || return 0
   echo "---- processes"
   ps -o pid,ppid,etimes,args --forest -p "$(printf '%s,' "${all[@]}" | sed 's/,$//')" | cut -c1-220
   local servers

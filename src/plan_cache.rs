@@ -64,9 +64,8 @@ pub fn write_generic<'conn>(
     sql: &str,
     args: &[DatumWithOid<'_>],
 ) -> SpiResult<SpiTupleTable<'conn>> {
-    let plan = plan(client, sql, args, true)?;
     crate::guc::with_settings(&[("plan_cache_mode", "force_generic_plan".into())], || {
-        client.update(&*plan, None, args)
+        write(client, sql, args)
     })
 }
 
@@ -128,8 +127,8 @@ pub fn qualified(sql: &str) -> std::borrow::Cow<'_, str> {
 
 thread_local! {
     /// The extension's schema, quoted, once found: kept until any relation-cache invalidation
-    /// (the extension's tables moved by `ALTER EXTENSION SET SCHEMA`, or dropped and created
-    /// again, send them). Every statement that names `@extschema@` needs it, and reading it each
+    /// (the extension is not relocatable: its schema changes only when it is dropped and created
+    /// again, and its tables' drop and creation send them). Every statement that names `@extschema@` needs it, and reading it each
     /// time was 8 % of a worker's time sending to many hosts.
     static SCHEMA: RefCell<Option<String>> = const { RefCell::new(None) };
 }

@@ -3,10 +3,10 @@
 //! sender's own thread, which records it. The pool has as many threads as requests were ever open
 //! at once in the pass, each taking the next request when done with one: a thread made and ended
 //! for each request (its stack mapped and unmapped, every core told of it) was a tenth of a
-//! worker's time sending to many hosts. So a sender keeps several requests open at once (each for another
-//! host: `super::Pass` sees to that), and a worker told to stop gets out of the way at once,
-//! whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint that hangs
-//! holds a request up to `http_timeout`): it leaves them, and starts no new one.
+//! worker's time sending to many hosts. So a sender keeps several requests open at once (each
+//! for another host: `super::Pass` sees to that), and a worker told to stop gets out of the way
+//! at once, whatever its requests are doing (a `DROP DATABASE` waits for it, and an endpoint
+//! that hangs holds a request up to `http_timeout`): it leaves them, and starts no new one.
 //!
 //! While it waits for answers, the sender's own thread waits as PostgreSQL's processes wait
 //! (`crate::process::wait_a_moment_or_readable`, given as `wait`): it is gone at once with the
