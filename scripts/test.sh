@@ -206,9 +206,9 @@ watchdog() {
   for job in "${jobs[@]}"; do
     pid=$(cat "$logs/$job.pid" 2>/dev/null) || continue
     kill -0 "$pid" 2>/dev/null || continue
-    echo "---- job $job, still running; what it printed so far:"
-    cat "$logs/$job.log"
-    for f in "$logs/e2e-${job#pg}"/*.log; do [ -f "$f" ] && { echo "---- $f"; cat "$f"; }; done
+    echo "---- job $job, still running; the end of what it printed so far (all of it above):"
+    tail -n 30 "$logs/$job.log"
+    for f in "$logs/e2e-${job#pg}"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done
     all+=("$pid" $(descendants "$pid"))
   done
   [ ${#all[@]} -gt 0 ] || return 0
@@ -241,8 +241,9 @@ done
 # A job that hangs must not hold the run until CI's own limit kills it unseen: past the deadline
 # the watchdog prints what every test server is doing and waiting on, and what the unfinished
 # jobs printed so far, then ends those jobs (their wait below fails and prints their logs).
+# Its report is printed last, after the summary: the end of a run's output is what a CI page shows.
 deadline=${INDEXNOW_TEST_DEADLINE:-2700}
-watchdog "$deadline" &
+watchdog "$deadline" >"$logs/watchdog.log" 2>&1 &
 watchdog_pid=$!
 trap 'kill "$watchdog_pid" 2>/dev/null; rm -rf "$pgrx_dir" "$logs"' EXIT
 
@@ -294,6 +295,7 @@ done
 echo "$(printf '%5d s' "$setup_seconds")  setup (scripts/setup.sh)"
 echo "$(printf '%5d s' $((SECONDS - setup_seconds)))  the tests, after setup"
 echo "$(printf '%5d s' "$SECONDS")  in all (setup included)"
+cat "$logs/watchdog.log"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed: ${failed[*]}" >&2
   exit 1

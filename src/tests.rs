@@ -48,6 +48,21 @@ fn install_error_catcher() {
     Spi::run("GRANT EXECUTE ON FUNCTION public.indexnow_test_error_of(text) TO PUBLIC").unwrap();
 }
 
+/// The test server's statistics of the extension's tables never change under the tests (see
+/// `crate::pg_test::postgresql_conf_options`): no autovacuum, and nothing vacuumed or analyzed.
+#[pg_test]
+fn the_extensions_tables_keep_the_statistics_of_create_extension() {
+    assert_eq!(text("SHOW autovacuum").as_deref(), Some("off"));
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM pg_stat_all_tables \
+              WHERE relname LIKE 'indexnow%' \
+                AND (vacuum_count + autovacuum_count + analyze_count + autoanalyze_count) > 0"
+        ),
+        0
+    );
+}
+
 #[pg_test]
 fn ten_requests_make_one_row() {
     for _ in 0..10 {
