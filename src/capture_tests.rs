@@ -4274,3 +4274,113 @@ fn a_big_table_whose_key_changed_is_derived_whole() {
     );
     assert_eq!(count("SELECT count(*) FROM indexnow_sources"), 12_000);
 }
+
+/// The rows an `EXPLAIN (ANALYZE, FORMAT JSON)` plan's nodes produced and filtered out, over all
+/// their loops: the executor's work, which grows with the rows a statement handles when every
+/// node reads each row a bounded number of times, and with their square when a node reads a
+/// whole table or CTE again for each row of another.
+fn rows_handled(plan: &serde_json::Value) -> f64 {
+    let number = |key: &str| plan.get(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let own = (number("Actual Rows")
+        + number("Rows Removed by Filter")
+        + number("Rows Removed by Join Filter")
+        + number("Rows Removed by Index Recheck"))
+        * number("Actual Loops").max(1.0);
+    let children = plan
+        .get("Plans")
+        .and_then(|p| p.as_array())
+        .map(|plans| plans.iter().map(rows_handled).sum())
+        .unwrap_or(0.0);
+    own + children
+}
+
+/// Runs `sql` with `args` under `EXPLAIN (ANALYZE, FORMAT JSON)` and returns [`rows_handled`].
+fn rows_handled_by(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> f64 {
+    let explained = Spi::get_one_with_args::<pgrx::Json>(
+        &format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"),
+        args,
+    )
+    .unwrap()
+    .unwrap();
+    rows_handled(&explained.0[0]["Plan"])
+}
+
+/// A table that held no rows when it was last vacuumed counts as empty to the planner, however
+/// many rows it has now: its statistics say pages but no rows (`reltuples` 0), and the estimate
+/// is the pages it has times the rows a page had. Planned so, a join of the queue with a set of
+/// rows made a nested loop that read the whole set again for each queue row, and the SQL-level
+/// tests' server (whose tables hold only rolled-back rows) made one test's derivation of 50,000
+/// rows take hours. The derivation's statement and the sitemap read the queue through each row's
+/// key instead (`crate::derive::statements`): with such statistics, every step of a page's life
+/// (moved while told, moved while never told, deleted) and a sitemap page handle rows in
+/// proportion to the pages, not to their square; so do `indexnow_coverage()` and a claim's re-read
+/// of its rows (`send::sql::STILL_AS_CLAIMED`), which look up each row's queue row by its key.
+#[pg_test]
+fn the_statements_stay_linear_when_the_statistics_take_the_queue_for_empty() {
+    const PAGES: f64 = 2_000.0;
+    let taken_for_empty = || {
+        run("UPDATE pg_class SET relpages = 1000, reltuples = 0 \
+              WHERE relname LIKE 'indexnow%' AND relkind IN ('r', 'i')");
+    };
+    taken_for_empty();
+    run("CREATE TABLE items (id int PRIMARY KEY, slug text NOT NULL)");
+    run("SELECT indexnow_watch('items', url => 'https://www.example.com/{slug}')");
+    let id = Spi::get_one::<i32>("SELECT id FROM indexnow_watches WHERE tbl = 'items'::regclass")
+        .unwrap()
+        .unwrap();
+    let ext = crate::extension::schema();
+    let derive_keys = crate::derive::generated::of(&ext, id).unwrap().derive_keys.clone();
+    let keys = || {
+        Spi::get_one::<pgrx::JsonB>(
+            "SELECT coalesce(jsonb_agg(jsonb_build_array(id)), '[]') FROM generate_series(1, 2000) id",
+        )
+        .unwrap()
+        .unwrap()
+    };
+    let derive_every_key = |what: &str| {
+        taken_for_empty();
+        let rows = rows_handled_by(&derive_keys, &[keys().into(), "deleted".into()]);
+        (what.to_string(), rows)
+    };
+    let mut handled = vec![];
+    run("SET LOCAL indexnow.derive_at_write = 0");
+    run("INSERT INTO items SELECT g, 'p' || g FROM generate_series(1, 2000) g");
+    handled.push(derive_every_key("created"));
+    pushed();
+    run("UPDATE items SET slug = slug || '-told'");
+    handled.push(derive_every_key("moved, told"));
+    run("UPDATE items SET slug = slug || '-again'");
+    handled.push(derive_every_key("moved, never told"));
+    run("DELETE FROM items");
+    handled.push(derive_every_key("deleted"));
+    run("INSERT INTO items SELECT g, 'q' || g FROM generate_series(1, 2000) g");
+    handled.push(derive_every_key("created again"));
+    taken_for_empty();
+    handled.push((
+        "a sitemap page".into(),
+        rows_handled_by(
+            &format!("{} ORDER BY url OFFSET 0 LIMIT 50000", crate::sitemap::public_urls(&ext)),
+            &["www.example.com".into()],
+        ),
+    ));
+    taken_for_empty();
+    handled.push((
+        "coverage".into(),
+        rows_handled_by(&crate::coverage::statement(), &crate::coverage::arguments(None)),
+    ));
+    // (every queue row claimed: the arrays a sender passes, read by the statement itself)
+    let re_read = crate::send::sql::STILL_AS_CLAIMED
+        .replace("$1", "(SELECT array_agg(url_hash ORDER BY url) FROM @extschema@.indexnow_urls)")
+        .replace("$2", "(SELECT array_agg(request_seq ORDER BY url) FROM @extschema@.indexnow_urls)")
+        .replace("@extschema@", &ext);
+    taken_for_empty();
+    handled.push(("a claim's re-read".into(), rows_handled_by(&re_read, &[])));
+    // The queue held what each step was about (2,000 new URLs a step: 8,000 rows at most).
+    assert!(count("SELECT count(*) FROM indexnow_urls") >= 8_000);
+    for (what, rows) in &handled {
+        assert!(
+            *rows < 200.0 * PAGES,
+            "{what}: {rows} rows handled for {PAGES} pages (all: {handled:?})"
+        );
+    }
+}

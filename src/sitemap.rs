@@ -69,7 +69,11 @@ fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> Str
 
 /// The public URLs of host `$1`, each once, with its lastmod in W3C form (UTC) or NULL: the queue
 /// rows of the host (one a URL, with its text) that a source of an active watch gives public now.
-fn public_urls(ext: &str) -> String {
+/// (`OFFSET 0` keeps the look-up of each URL's sources one through their URL's index: as a
+/// join, or through the watch's, the planner read every source for each URL when the statistics
+/// took the sources for empty — see `crate::derive::statements` — and a page of 50,000 URLs
+/// took minutes.)
+pub(crate) fn public_urls(ext: &str) -> String {
     format!(
         "SELECT u.url, \
                 CASE WHEN u.last_pushed_at IS NULL AND u.request_seq = u.settled_seq \
@@ -78,10 +82,11 @@ fn public_urls(ext: &str) -> String {
                                              'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"') END AS lastmod \
            FROM {ext}.indexnow_urls u \
           WHERE u.host = $1 AND EXISTS ( \
-                SELECT FROM {ext}.indexnow_sources s \
-                  JOIN {ext}.indexnow_watches w ON w.id = s.watch_id AND w.active \
-                 WHERE s.url_hash = u.url_hash AND NOT s.withdrawn \
-                   AND NOT coalesce(s.publish_at > pg_catalog.now(), false))"
+                SELECT FROM (SELECT s.watch_id FROM {ext}.indexnow_sources s \
+                              WHERE s.url_hash = u.url_hash AND NOT s.withdrawn \
+                                AND NOT coalesce(s.publish_at > pg_catalog.now(), false) \
+                             OFFSET 0) s \
+                  JOIN {ext}.indexnow_watches w ON w.id = s.watch_id AND w.active)"
     )
 }
 

@@ -392,9 +392,15 @@ pub fn lease_again() -> String {
 
 /// Of the claimed rows `$1` (bytea[]) with the request each carried `$2` (bigint[]), those still
 /// as claimed: the same request, pending, its time come.
+/// (Each row looked up by its key alone, `LATERAL ... OFFSET 0`, and the rest compared after: as
+/// a join, or with the pending condition beside the key, which the pending index also serves,
+/// the planner read the whole queue or all of its pending rows for each claimed row when the
+/// statistics took the queue for empty: see `crate::derive::statements`.)
 pub const STILL_AS_CLAIMED: &str = "SELECT u.url_hash \
        FROM unnest($1::bytea[], $2::bigint[]) AS c(url_hash, request_seq) \
-       JOIN @extschema@.indexnow_urls u ON u.url_hash = c.url_hash \
+      CROSS JOIN LATERAL (SELECT u.url_hash, u.request_seq, u.settled_seq, u.available_at \
+                            FROM @extschema@.indexnow_urls u \
+                           WHERE u.url_hash = c.url_hash OFFSET 0) u \
       WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq \
         AND u.available_at <= clock_timestamp()";
 

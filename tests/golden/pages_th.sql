@@ -22,18 +22,19 @@ FROM w
 WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.problem, d.pub_at, d.exp_at, d.fp
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), p AS (SELECT s.*
-FROM k
-JOIN "public".indexnow_sources s ON s.watch_id = 1 AND s.row_key = k.row_key), pr AS (
+FROM "public".indexnow_sources s
+WHERE s.watch_id = 1 AND s.row_key = ANY (ARRAY(SELECT row_key
+FROM k))), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url_hash AS old_hash, coalesce(p.fingerprint64, CASE WHEN p.fingerprint = '' THEN 0::pg_catalog.int8 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.left(p.fingerprint, 16))::pg_catalog.bit(64)::pg_catalog.int8 END) AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) OFFSET 0) AND NOT EXISTS (
 SELECT
 FROM c o
 WHERE o.url_hash = c.url_hash AND o.row_key <> c.row_key AND NOT coalesce(o.pub_at > now(), false)) AND NOT EXISTS (
 SELECT
 FROM "public".indexnow_sources s
-WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key)) ELSE false END AS withdraw, c.exp_at AS new_exp
+WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key) OFFSET 0) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
 SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) OR old_hash IS DISTINCT FROM new_hash ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
@@ -48,21 +49,20 @@ FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
 SELECT u.url_hash, u.url, u.host, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
-WHERE u.url_hash IN (SELECT old_hash
+WHERE u.url_hash = ANY (ARRAY(SELECT old_hash
 FROM pr
-WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
+WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash))
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
 SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, u.url, u.host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
-WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
-FROM given g
-WHERE g.new_hash = pr.old_hash) AND NOT EXISTS (
+WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND pr.old_hash NOT IN (SELECT new_hash
+FROM given) AND NOT EXISTS (
 SELECT
 FROM "public".indexnow_sources s
 WHERE s.url_hash = pr.old_hash AND (s.watch_id <> 1 OR s.row_key NOT IN (SELECT row_key
-FROM pr)))
+FROM pr)) OFFSET 0)
 ORDER BY pr.old_hash, announced DESC), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
 SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 1, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())
@@ -75,9 +75,13 @@ WHERE announced) e
 ON CONFLICT (url_hash)
 DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id), held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.held_by ELSE excluded.held_by END
 RETURNING u.reason), cancelled AS (
-UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reason
+INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, request_seq, settled_seq)
+SELECT g.url, g.url_hash, g.host, g.reason, now(), now(), now(), g.request_seq, g.request_seq
 FROM gone g
-WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
+WHERE NOT g.announced
+ON CONFLICT (url_hash)
+DO UPDATE SET settled_seq = u.request_seq, reason = excluded.reason
+WHERE u.request_seq = excluded.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
 INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, fingerprint64, publish_at, since, withdrawn, wake_at)
 SELECT 1, ch.row_key, ch.new_hash, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
@@ -86,8 +90,10 @@ LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
 DO UPDATE SET url_hash = excluded.url_hash, fingerprint64 = excluded.fingerprint64, url = NULL, host = NULL, fingerprint = NULL, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
-DELETE FROM "public".indexnow_sources s USING pr
-WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
+DELETE FROM "public".indexnow_sources s
+WHERE s.watch_id = 1 AND s.row_key = ANY (ARRAY(SELECT row_key
+FROM pr
+WHERE old_hash IS NOT NULL AND new_hash IS NULL))
 RETURNING 1)
 SELECT (SELECT count(*)
 FROM q
@@ -116,13 +122,13 @@ WHERE s.watch_id = 1), pr AS (
 SELECT coalesce(c.row_key, p.row_key) AS row_key, c.row_key IS NOT NULL AS present, coalesce(c.vis, false) AS vis, c.url AS new_url, c.url_hash AS new_hash, c.host AS new_host, c.fp AS new_fp, c.pub_at AS new_pub_at, p.url_hash AS old_hash, coalesce(p.fingerprint64, CASE WHEN p.fingerprint = '' THEN 0::pg_catalog.int8 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.left(p.fingerprint, 16))::pg_catalog.bit(64)::pg_catalog.int8 END) AS old_fp, p.publish_at AS old_pub_at, p.since, p.withdrawn AS old_withdrawn, p.wake_at AS old_wake, CASE WHEN c.pub_at > now() THEN EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false)) AND NOT EXISTS (
+WHERE u.url_hash = c.url_hash AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) OFFSET 0) AND NOT EXISTS (
 SELECT
 FROM c o
 WHERE o.url_hash = c.url_hash AND o.row_key <> c.row_key AND NOT coalesce(o.pub_at > now(), false)) AND NOT EXISTS (
 SELECT
 FROM "public".indexnow_sources s
-WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key)) ELSE false END AS withdraw, c.exp_at AS new_exp
+WHERE s.url_hash = c.url_hash AND NOT s.withdrawn AND NOT coalesce(s.publish_at > now(), false) AND (s.watch_id <> 1 OR s.row_key <> c.row_key) OFFSET 0) ELSE false END AS withdraw, c.exp_at AS new_exp
 FROM c
 FULL JOIN p ON p.row_key = c.row_key), ch AS (
 SELECT *, CASE WHEN withdraw THEN least(new_pub_at, new_exp) ELSE new_exp END AS new_wake, CASE WHEN withdraw THEN NOT coalesce(old_withdrawn, false) OR old_hash IS DISTINCT FROM new_hash ELSE old_hash IS DISTINCT FROM new_hash OR old_fp IS DISTINCT FROM new_fp OR old_pub_at IS DISTINCT FROM new_pub_at OR coalesce(old_withdrawn, false) END AS requested
@@ -137,21 +143,20 @@ FROM pr
 WHERE new_hash IS NOT NULL), gu AS (
 SELECT u.url_hash, u.url, u.host, u.request_seq, u.settled_seq, u.settled_reason, u.last_pushed_at, u.tried_at
 FROM "public".indexnow_urls u
-WHERE u.url_hash IN (SELECT old_hash
+WHERE u.url_hash = ANY (ARRAY(SELECT old_hash
 FROM pr
-WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash)
+WHERE old_hash IS NOT NULL AND old_hash IS DISTINCT FROM new_hash))
 ORDER BY u.url_hash FOR NO KEY
 UPDATE OF u), gone AS (
 SELECT DISTINCT ON (pr.old_hash) pr.old_hash AS url_hash, u.url, u.host, u.request_seq, CASE WHEN NOT pr.present THEN $2 WHEN pr.vis THEN 'moved' ELSE 'unpublished' END AS reason, ((coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.last_pushed_at, '-infinity') >= pr.since) OR coalesce(u.tried_at >= pr.since, false)) AND NOT (coalesce(pr.old_withdrawn, false) AND NOT coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND u.request_seq = u.settled_seq) AS announced
 FROM pr
 JOIN gu u ON u.url_hash = pr.old_hash
-WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND NOT EXISTS (SELECT
-FROM given g
-WHERE g.new_hash = pr.old_hash) AND NOT EXISTS (
+WHERE pr.old_hash IS NOT NULL AND pr.old_hash IS DISTINCT FROM pr.new_hash AND pr.old_hash NOT IN (SELECT new_hash
+FROM given) AND NOT EXISTS (
 SELECT
 FROM "public".indexnow_sources s
 WHERE s.url_hash = pr.old_hash AND (s.watch_id <> 1 OR s.row_key NOT IN (SELECT row_key
-FROM pr)))
+FROM pr)) OFFSET 0)
 ORDER BY pr.old_hash, announced DESC), q AS (
 INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, watch_id, held_by)
 SELECT e.url, e.url_hash, e.host, e.reason, now(), now(), e.available_at, 1, COALESCE(NULLIF(pg_catalog.current_setting('indexnow.deriving_for', true), '')::pg_catalog.xid8, pg_catalog.pg_current_xact_id())
@@ -164,9 +169,13 @@ WHERE announced) e
 ON CONFLICT (url_hash)
 DO UPDATE SET reason = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.reason ELSE excluded.reason END, changed_at = CASE WHEN excluded.reason = 'refresh' THEN u.changed_at ELSE excluded.changed_at END, queued_at = excluded.queued_at, available_at = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.available_at ELSE excluded.available_at END, request_seq = u.request_seq + 1, watch_id = coalesce(excluded.watch_id, u.watch_id), held_by = CASE WHEN excluded.reason = 'refresh' AND u.request_seq > u.settled_seq THEN u.held_by ELSE excluded.held_by END
 RETURNING u.reason), cancelled AS (
-UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = g.reason
+INSERT INTO "public".indexnow_urls AS u (url, url_hash, host, reason, changed_at, queued_at, available_at, request_seq, settled_seq)
+SELECT g.url, g.url_hash, g.host, g.reason, now(), now(), now(), g.request_seq, g.request_seq
 FROM gone g
-WHERE NOT g.announced AND u.url_hash = g.url_hash AND u.request_seq = g.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
+WHERE NOT g.announced
+ON CONFLICT (url_hash)
+DO UPDATE SET settled_seq = u.request_seq, reason = excluded.reason
+WHERE u.request_seq = excluded.request_seq AND u.request_seq > u.settled_seq AND u.watch_id IS NOT NULL
 RETURNING 1), kept AS (
 INSERT INTO "public".indexnow_sources AS s (watch_id, row_key, url_hash, fingerprint64, publish_at, since, withdrawn, wake_at)
 SELECT 1, ch.row_key, ch.new_hash, ch.new_fp, ch.new_pub_at, CASE WHEN ch.old_hash = ch.new_hash THEN ch.since WHEN coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) THEN coalesce(u.last_pushed_at, '-infinity') WHEN u.tried_at > coalesce(u.last_pushed_at, '-infinity') THEN u.tried_at ELSE clock_timestamp() END, ch.withdraw, ch.new_wake
@@ -175,8 +184,10 @@ LEFT JOIN "public".indexnow_urls u ON u.url_hash = ch.new_hash
 ON CONFLICT (watch_id, row_key)
 DO UPDATE SET url_hash = excluded.url_hash, fingerprint64 = excluded.fingerprint64, url = NULL, host = NULL, fingerprint = NULL, publish_at = excluded.publish_at, since = excluded.since, withdrawn = excluded.withdrawn, wake_at = excluded.wake_at
 RETURNING 1), dropped AS (
-DELETE FROM "public".indexnow_sources s USING pr
-WHERE s.watch_id = 1 AND s.row_key = pr.row_key AND pr.old_hash IS NOT NULL AND pr.new_hash IS NULL
+DELETE FROM "public".indexnow_sources s
+WHERE s.watch_id = 1 AND s.row_key = ANY (ARRAY(SELECT row_key
+FROM pr
+WHERE old_hash IS NOT NULL AND new_hash IS NULL))
 RETURNING 1)
 SELECT (SELECT count(*)
 FROM q
@@ -201,16 +212,16 @@ FROM "public"._indexnow_watch_rows(1, NULL)), c AS (SELECT d.row_key, d.vis, x.u
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
-WHERE u.url_hash IN (SELECT c.url_hash
+WHERE u.url_hash = ANY (ARRAY(SELECT c.url_hash
 FROM c
-WHERE c.url_hash IS NOT NULL) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
+WHERE c.url_hash IS NOT NULL)) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
 RETURNING u.url_hash), told AS (SELECT c.*
 FROM c
 WHERE c.url_hash IS NOT NULL AND c.url_hash NOT IN (SELECT url_hash
 FROM withdrawn) AND EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
+WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')) OFFSET 0)), pub AS (SELECT *
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (
@@ -252,16 +263,16 @@ WHERE present), c AS (SELECT d.row_key, d.vis, x.url, x.url_hash, x.host, x.prob
 FROM d
 CROSS JOIN LATERAL "public"._indexnow_capture_target(d.url, d.vis) x), withdrawn AS (
 UPDATE "public".indexnow_urls u SET settled_seq = u.request_seq, reason = u.settled_reason, watch_id = coalesce(u.watch_id, 1)
-WHERE u.url_hash IN (SELECT c.url_hash
+WHERE u.url_hash = ANY (ARRAY(SELECT c.url_hash
 FROM c
-WHERE c.url_hash IS NOT NULL) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
+WHERE c.url_hash IS NOT NULL)) AND (u.request_seq > u.settled_seq AND u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') AND coalesce(u.settled_reason NOT IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated'), false) AND coalesce(u.tried_at < u.queued_at, true))
 RETURNING u.url_hash), told AS (SELECT c.*
 FROM c
 WHERE c.url_hash IS NOT NULL AND c.url_hash NOT IN (SELECT url_hash
 FROM withdrawn) AND EXISTS (
 SELECT
 FROM "public".indexnow_urls u
-WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')))), pub AS (SELECT *
+WHERE u.url_hash = c.url_hash AND (u.reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated') OR u.settled_reason IN ('moved', 'unpublished', 'deleted', 'gone', 'untranslated')) OFFSET 0)), pub AS (SELECT *
 FROM c
 WHERE url_hash IS NOT NULL AND url_hash NOT IN (SELECT url_hash
 FROM told)), kept AS (

@@ -64,7 +64,9 @@ WHERE url_hash = ANY ($1);
 -- still_as_claimed
 SELECT u.url_hash
 FROM unnest($1::bytea[], $2::bigint[]) AS c(url_hash, request_seq)
-JOIN @extschema@.indexnow_urls u ON u.url_hash = c.url_hash
+CROSS JOIN LATERAL (SELECT u.url_hash, u.request_seq, u.settled_seq, u.available_at
+FROM @extschema@.indexnow_urls u
+WHERE u.url_hash = c.url_hash OFFSET 0) u
 WHERE u.request_seq = c.request_seq AND u.request_seq > u.settled_seq AND u.available_at <= clock_timestamp();
 
 -- settle accepted by tid
