@@ -384,6 +384,12 @@ fn the_sitemap_lists_the_public_urls_by_the_protocol() {
         "url",
     );
     assert_eq!((first.len(), second.len()), (50_000, 1));
+    // A page past the last is not there (the web application answers 404); page 1 of a host
+    // without public URLs is, empty, as the index lists it.
+    assert_eq!(text("SELECT indexnow_sitemap('www.example.com', 3)"), None);
+    let empty = text("SELECT indexnow_sitemap('nothing.example.com', 1)").unwrap();
+    assert!(sitemap_entries(&empty, "urlset", "url").is_empty());
+    assert_eq!(text("SELECT indexnow_sitemap('nothing.example.com', 2)"), None);
     assert!(first.last().unwrap().0 < second[0].0, "in URL order across pages");
     let index = sitemap_entries(
         &text("SELECT indexnow_sitemap('www.example.com', 0)").unwrap(),

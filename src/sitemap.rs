@@ -10,7 +10,7 @@
 //!
 //! Page `n` (from 1) is a `<urlset>` of at most [`URLS_A_FILE`] URLs in URL order; page 0 is the
 //! `<sitemapindex>` of the pages, at `https://<host>/sitemap.xml?page=<n>` (the web application
-//! answers that address with page `n`).
+//! answers that address with page `n`). A page past the last is NULL.
 
 use crate::plan_cache;
 use pgrx::prelude::*;
@@ -25,7 +25,7 @@ const NAMESPACE: &str = "http://www.sitemaps.org/schemas/sitemap/0.9";
 /// The sitemap document of `host`'s public URLs: page `page` (from 1), or with `page` 0 the index
 /// of the pages.
 #[pg_extern(name = "indexnow_sitemap", stable, parallel_unsafe)]
-fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> String {
+fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> Option<String> {
     let Some(host) = host else {
         error!("indexnow_sitemap: the host must not be NULL");
     };
@@ -47,7 +47,7 @@ fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> Str
         .unwrap_or_else(|e| error!("indexnow_sitemap: {e}"))
         .unwrap_or(0);
         let pages = ((urls + URLS_A_FILE - 1) / URLS_A_FILE).max(1);
-        return index(&host, pages);
+        return Some(index(&host, pages));
     }
     let sql = format!("{} ORDER BY url OFFSET $2 LIMIT $3", public_urls(&ext));
     let rows: Vec<(String, Option<String>)> = Spi::connect(|client| {
@@ -64,7 +64,12 @@ fn indexnow_sitemap(host: Option<&str>, page: default!(Option<i32>, "1")) -> Str
         .collect::<Result<Vec<_>, pgrx::spi::Error>>()
     })
     .unwrap_or_else(|e| error!("indexnow_sitemap: {e}"));
-    urlset(&rows)
+    // Page 1 is there for a host without public URLs (the index lists it), empty; a page past
+    // the last is not there at all, so that the web application answers 404 for it.
+    if rows.is_empty() && page > 1 {
+        return None;
+    }
+    Some(urlset(&rows))
 }
 
 /// The public URLs of host `$1`, each once, with its lastmod in W3C form (UTC) or NULL: the queue
