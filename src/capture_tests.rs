@@ -4314,7 +4314,8 @@ fn rows_handled_by(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> f64 {
 /// key instead (`crate::derive::statements`): with such statistics, every step of a page's life
 /// (moved while told, moved while never told, deleted) and a sitemap page handle rows in
 /// proportion to the pages, not to their square; so do `indexnow_coverage()` and a claim's re-read
-/// of its rows (`send::sql::STILL_AS_CLAIMED`), which look up each row's queue row by its key.
+/// of its rows (`send::sql::STILL_AS_CLAIMED`), which look up each row's queue row by its key,
+/// and the settle of an answer, planned without nested loops (`plan_cache::write_generic`).
 #[pg_test]
 fn the_statements_stay_linear_when_the_statistics_take_the_queue_for_empty() {
     const PAGES: f64 = 2_000.0;
@@ -4375,6 +4376,28 @@ fn the_statements_stay_linear_when_the_statistics_take_the_queue_for_empty() {
         .replace("@extschema@", &ext);
     taken_for_empty();
     handled.push(("a claim's re-read".into(), rows_handled_by(&re_read, &[])));
+    // The sender's settle of an answer, by the rows' ctid and by their key, planned as the
+    // sender plans it (a generic plan: the arrays' length unknown).
+    let arrays = |sql: &str| {
+        let column = |c: &str| {
+            format!("ARRAY(SELECT {c} FROM @extschema@.indexnow_urls ORDER BY url)")
+        };
+        sql.replace("$1", &column("url_hash"))
+            .replace("$2", &column("changed_at"))
+            .replace("$3", &column("request_seq"))
+            .replace("$4", &column("reason"))
+            .replace("$5", &column("ctid::text"))
+            .replace("@extschema@", &ext)
+    };
+    use crate::send::sql::{settle, Locate, Settle};
+    for (what, locate) in [("a settle by ctid", Locate::ByTid), ("a settle by key", Locate::ByKey)] {
+        let statement = arrays(&settle(Settle::Accepted, locate));
+        taken_for_empty();
+        let rows = crate::guc::with_settings(&crate::plan_cache::settings_of_generic(), || {
+            rows_handled_by(&statement, &[])
+        });
+        handled.push((what.into(), rows));
+    }
     // The queue held what each step was about (2,000 new URLs a step: 8,000 rows at most).
     assert!(count("SELECT count(*) FROM indexnow_urls") >= 8_000);
     for (what, rows) in &handled {

@@ -54,19 +54,33 @@ pub fn write<'conn>(
     client.update(&*plan, None, args)
 }
 
-/// [`write`], run with a generic plan: for a statement whose parameters are arrays of the rows
-/// it works on. PostgreSQL's plan cache chose a custom plan for those at every run, planned
-/// again each time: a custom plan's estimate of an array's length is exact, the generic plan's
-/// is 100 rows, so the generic plan never looked as cheap (measured: the sender's settle of each
-/// answer was replanned every time, 16 % of a worker's time sending to many hosts).
+/// [`write`], run with a generic plan and no nested loop: for a statement whose parameters are
+/// arrays of the rows it works on, joined to the queue (the sender's settle of an answer).
+///
+/// Generic: PostgreSQL's plan cache chose a custom plan for those at every run, planned again
+/// each time: a custom plan's estimate of an array's length is exact, the generic plan's is 100
+/// rows, so the generic plan never looked as cheap (measured: the settle of each answer was
+/// replanned every time, 16 % of a worker's time sending to many hosts).
+///
+/// No nested loop: the join of the arrays with the queue is then a hash or merge join, whatever
+/// the statistics say. With the queue's statistics taking it for empty (see
+/// `crate::derive::statements`), the generic plan was a nested loop reading the whole array
+/// again for each queue row: the settle of 20,000 rows took 91 s, and the plan is kept for the
+/// worker's life, or until the queue is analyzed.
 pub fn write_generic<'conn>(
     client: &mut SpiClient<'conn>,
     sql: &str,
     args: &[DatumWithOid<'_>],
 ) -> SpiResult<SpiTupleTable<'conn>> {
-    crate::guc::with_settings(&[("plan_cache_mode", "force_generic_plan".into())], || {
-        write(client, sql, args)
-    })
+    crate::guc::with_settings(&settings_of_generic(), || write(client, sql, args))
+}
+
+/// The settings [`write_generic`] plans and runs its statements with.
+pub fn settings_of_generic() -> [(&'static str, String); 2] {
+    [
+        ("plan_cache_mode", "force_generic_plan".into()),
+        ("enable_nestloop", "off".into()),
+    ]
 }
 
 /// The first column of the first row the reading statement `sql` returns (see [`read`]), or
