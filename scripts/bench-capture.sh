@@ -55,7 +55,14 @@ cluster_start "$dir" "$port" "shared_buffers = '2GB'" "max_wal_size = '16GB'" \
   "indexnow.debounce = 0"
 trap 'cluster_stop "$dir"; kill $receiver 2>/dev/null || true' EXIT
 psql() { "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X -q -v ON_ERROR_STOP=1 "$@"; }
-pgbench() { "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n "$@" postgres 2>>"$dir/pgbench.err"; }
+# (its progress lines go to a file; when it fails, the end of that file says why, and the run stops)
+pgbench() {
+  "$PG_BIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n "$@" postgres 2>>"$dir/pgbench.err" || {
+    echo "[bench] pgbench $* failed:" >&2
+    tail -n 20 "$dir/pgbench.err" >&2
+    return 1
+  }
+}
 
 echo "[bench] $ROWS rows per table; $(nproc) cores; PostgreSQL $(psql -Atc 'SHOW server_version')"
 psql <<SQL

@@ -42,7 +42,9 @@ pg_config_of() {
 
 # Fails unless the kept install script of this version (sql/indexnow--VERSION.sql, kept from the
 # release commit) declares what the code generates now (the script cargo-pgrx wrote into the
-# extension folder $1), comments aside.
+# extension folder $1), comments aside: the lines of comment and the comments cargo-pgrx writes
+# inside a declaration, which name the Rust type behind an SQL one (`RETURNS TEXT /* String */`
+# and `/* Option < String > */` declare the same function).
 # The kept script is the one installed (it is copied over the generated one), so a SQL change made
 # after a release, without a new version and its upgrade script, would otherwise be installed as
 # the release's SQL, and a fresh install would differ from an upgraded database unseen.
@@ -52,7 +54,7 @@ check_kept_install_script() {
   generated="$1/indexnow--$version.sql"
   kept="sql/indexnow--$version.sql"
   [ -f "$kept" ] || return 0
-  local strip='/^-- /d; /^$/d'
+  local strip='/^-- /d; /^$/d; s:/\*[^*]*\*/::g'
   if ! diff <(sed "$strip" "$generated") <(sed "$strip" "$kept") >/dev/null; then
     diff <(sed "$strip" "$generated") <(sed "$strip" "$kept") | head -20 >&2
     echo "the SQL this code generates differs from $kept, the install script kept from release $version:" \
